@@ -1,0 +1,1 @@
+"""Block copies between KV cache tiers (shipped as ``kvobs.kernels``)."""

@@ -1,0 +1,1 @@
+"""kvobs: observability for tiered KV caches."""
