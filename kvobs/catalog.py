@@ -1,0 +1,156 @@
+"""The metric catalog: every series kvobs exports, in one table.
+
+Exporters, the README table, dashboards and alert rules all read this table, so a
+metric is added, renamed or documented in exactly one place. Names are the final
+Prometheus names (base units, ``_total`` on counters); the OpenTelemetry instrument name
+is derived from them (see :attr:`MetricSpec.otel_name`) so that the OpenTelemetry
+Prometheus exporter produces exactly ``name`` again.
+
+Every series also carries :data:`COMMON_LABELS` (engine, model). Label values are
+bounded: tier names, transfer directions, lookup outcomes, eviction reasons,
+instrumentation component names and GPU indices. Block and request ids go to logs.
+
+Example:
+    >>> spec = by_name("kvobs_lookup_tokens_total")
+    >>> spec.kind, spec.labels, spec.otel_name
+    ('counter', ('outcome',), 'kvobs_lookup_tokens')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+COMMON_LABELS: tuple[str, ...] = ("engine", "model")
+
+#: Lookup outcomes, fastest first; ``miss`` means the tokens must be recomputed.
+LOOKUP_OUTCOMES: tuple[str, ...] = ("gpu_hit", "host_hit", "disk_hit", "miss")
+
+#: Why a block left a tier. ``capacity``: pushed out to make room; ``explicit``: the
+#: engine removed it; ``reset``: the whole cache was cleared; ``other``: anything else.
+EVICTION_REASONS: tuple[str, ...] = ("capacity", "explicit", "reset", "other")
+
+RESIDENT_STATES: tuple[str, ...] = ("in_use", "cached")
+
+#: Transfer duration histogram buckets in seconds: 10 us to 10 s.
+DURATION_BUCKETS_S: tuple[float, ...] = (
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+    1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+_UNIT_SUFFIXES = {"s": "_seconds", "By": "_bytes"}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One exported metric.
+
+    Attributes:
+        name: final Prometheus name.
+        kind: counter, gauge or histogram.
+        unit: UCUM unit as OpenTelemetry spells it (``By``, ``s``, ``{block}``...).
+        labels: metric-specific label names, in addition to :data:`COMMON_LABELS`.
+        help: one sentence saying what it counts and how to read it.
+    """
+
+    name: str
+    kind: MetricKind
+    unit: str
+    labels: tuple[str, ...]
+    help: str
+
+    @property
+    def otel_name(self) -> str:
+        """OpenTelemetry instrument name that the Prometheus exporter maps back to ``name``."""
+        base = self.name.removesuffix("_total") if self.kind == "counter" else self.name
+        suffix = _UNIT_SUFFIXES.get(self.unit, "")
+        if self.unit == "s" and suffix and base.endswith(suffix):
+            base = base.removesuffix(suffix)
+        return base
+
+    @property
+    def all_labels(self) -> tuple[str, ...]:
+        """Every label a series of this metric carries."""
+        return COMMON_LABELS + self.labels
+
+
+def _c(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+    return MetricSpec(name, "counter", unit, labels, help)
+
+
+def _g(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+    return MetricSpec(name, "gauge", unit, labels, help)
+
+
+_T = ("tier",)
+_LINK = ("src_tier", "dst_tier")
+
+METRICS: tuple[MetricSpec, ...] = (
+    _g("kvobs_tier_capacity_blocks", "{block}", _T, "Blocks the tier can hold."),
+    _g("kvobs_tier_capacity_tokens", "{token}", _T, "Tokens of KV data the tier can hold."),
+    _g("kvobs_tier_capacity_bytes", "By", _T, "Bytes of KV data the tier can hold."),
+    _g("kvobs_tier_resident_blocks", "{block}", ("tier", "state"),
+       "Blocks holding KV data: in_use by running requests, or cached for reuse. "
+       "Capacity minus both is free."),
+    _g("kvobs_tier_resident_bytes", "By", ("tier", "state"),
+       "Bytes of KV data resident in the tier, by state (in_use or cached)."),
+    _c("kvobs_block_allocations_total", "{block}", _T,
+       "Blocks handed to requests from the free list."),
+    _c("kvobs_block_frees_total", "{block}", _T,
+       "Blocks released by requests (to the cache or to the free list)."),
+    _c("kvobs_block_reuses_total", "{block}", _T,
+       "Cached blocks taken back into use by a prefix hit."),
+    _c("kvobs_block_stores_total", "{block}", _T,
+       "Blocks written into the tier as cached data (offloads landing in it)."),
+    _c("kvobs_block_evictions_total", "{block}", ("tier", "reason"),
+       "Cached blocks dropped from the tier, by reason."),
+    _c("kvobs_lookups_total", "{lookup}", (),
+       "Prefix-cache lookups (one per request admission)."),
+    _c("kvobs_lookup_tokens_total", "{token}", ("outcome",),
+       "Prompt tokens looked up, by where they were found: gpu_hit, host_hit (needs an "
+       "onload), disk_hit, or miss (needs recompute). The outcomes sum to all looked-up tokens."),
+    _c("kvobs_transfer_operations_total", "{operation}", _LINK,
+       "Completed block transfers (batches) between tiers."),
+    _c("kvobs_transfer_blocks_total", "{block}", _LINK, "Blocks moved between tiers."),
+    _c("kvobs_transfer_bytes_total", "By", _LINK, "Bytes moved between tiers."),
+    _c("kvobs_transfer_failures_total", "{block}", _LINK,
+       "Blocks whose transfer failed."),
+    _c("kvobs_transfer_drops_total", "{block}", _LINK,
+       "Blocks not transferred because the destination tier was full."),
+    MetricSpec("kvobs_transfer_duration_seconds", "histogram", "s", _LINK,
+               "Duration of one transfer batch, timed on the device stream where there is one."),
+    _c("kvobs_thrash_onloads_total", "{block}", (),
+       "Blocks onloaded back to the GPU within the thrash window after being offloaded."),
+    _c("kvobs_offloaded_reused_blocks_total", "{block}", (),
+       "Offloaded blocks that were onloaded at least once (the host pool paid off)."),
+    _c("kvobs_offloaded_evicted_unused_blocks_total", "{block}", (),
+       "Offloaded blocks evicted from the host tier before any reuse (wasted offloads)."),
+    _c("kvobs_instrumentation_errors_total", "{error}", ("component",),
+       "Failures inside kvobs instrumentation; the engine call went on unaffected."),
+    _c("kvobs_telemetry_dropped_samples_total", "{sample}", (),
+       "Transfer duration samples dropped because the buffer was full between collections."),
+    _g("kvobs_gpu_memory_total_bytes", "By", ("device",), "GPU memory size (NVML)."),
+    _g("kvobs_gpu_memory_used_bytes", "By", ("device",), "GPU memory in use (NVML)."),
+    _g("kvobs_pcie_link_generation", "{generation}", ("device",), "Current PCIe link generation (NVML)."),
+    _g("kvobs_pcie_link_width", "{lane}", ("device",), "Current PCIe link width in lanes (NVML)."),
+    _g("kvobs_pcie_peak_bandwidth_bytes_per_second", "By/s", ("device",),
+       "Peak PCIe bandwidth per direction from link generation and width (NVML)."),
+)
+
+_BY_NAME = {spec.name: spec for spec in METRICS}
+
+
+def by_name(name: str) -> MetricSpec:
+    """The spec of metric ``name``; KeyError lists nothing else (the table is the docs)."""
+    return _BY_NAME[name]
+
+
+def markdown_table() -> str:
+    """The catalog as a Markdown table, for the README."""
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for spec in METRICS:
+        labels = ", ".join(spec.labels) or "-"
+        rows.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
+    return "\n".join(rows)

@@ -1,0 +1,316 @@
+"""The hot path: plain integer counters that engine adapters bump on every event.
+
+An allocator event costs one Python method call and one integer add (tens of
+nanoseconds). Nothing here calls a telemetry library, takes a lock per block, logs, or
+allocates per event; sinks read :meth:`Recorder.snapshot` at collection time instead.
+
+Occupancy is derived from the counters rather than kept as separate gauges, so every
+event touches a single counter::
+
+    in_use = allocations + reuses - frees
+    cached = frees_to_cache + stores - reuses - evictions
+
+Thread safety: each event is one ``+=`` on a slot attribute or dict value, which the
+GIL of CPython 3.10-3.13 runs without a switch in between (switches happen only at
+calls and backward jumps), so concurrent callers lose no update; the stress test pins
+this. Free-threaded builds would need per-thread shards.
+
+Example:
+    >>> rec = Recorder(engine="demo", model="llama-3-8b")
+    >>> gpu = rec.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=2**21)
+    >>> gpu.allocated(3); gpu.freed(2, cached=True); gpu.reused(1)
+    >>> t = rec.snapshot().tier("gpu")
+    >>> (t.in_use_blocks, t.cached_blocks, t.free_blocks)
+    (2, 1, 5)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import structlog
+
+from kvobs.catalog import EVICTION_REASONS
+from kvobs.errors import ConfigError, UnknownTierError
+from kvobs.snapshot import LinkSnapshot, LookupSnapshot, RecorderSnapshot, TierSnapshot
+from kvobs.thrash import ThrashTracker
+from kvobs.tiers import tier_order, validate_tier_name
+
+ResidentSource = Callable[[], tuple[int, int]]
+
+_log = structlog.get_logger("kvobs")
+
+
+class TierRecorder:
+    """Counters of one tier. Bind once (``gpu = rec.tier("gpu")``), call per event.
+
+    Every method is a single integer add and never raises for valid ints.
+    """
+
+    __slots__ = (
+        "_resident", "_resident_source", "allocations", "block_bytes", "block_tokens",
+        "capacity_blocks", "evictions", "frees_to_cache", "frees_to_free", "name",
+        "reuses", "stores",
+    )
+
+    def __init__(self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int):
+        self.name = name
+        self.capacity_blocks = capacity_blocks
+        self.block_tokens = block_tokens
+        self.block_bytes = block_bytes
+        self.allocations = 0
+        self.frees_to_cache = 0
+        self.frees_to_free = 0
+        self.reuses = 0
+        self.stores = 0
+        self.evictions = dict.fromkeys(EVICTION_REASONS, 0)
+        self._resident: tuple[int, int] | None = None
+        self._resident_source: ResidentSource | None = None
+
+    def allocated(self, n: int = 1) -> None:
+        """``n`` free blocks were handed to requests (free -> in use)."""
+        self.allocations += n
+
+    def freed(self, n: int = 1, cached: bool = False) -> None:
+        """``n`` blocks were released: kept as cached data if ``cached``, else emptied."""
+        if cached:
+            self.frees_to_cache += n
+        else:
+            self.frees_to_free += n
+
+    def reused(self, n: int = 1) -> None:
+        """``n`` cached blocks were taken back into use by a prefix hit (cached -> in use)."""
+        self.reuses += n
+
+    def stored(self, n: int = 1) -> None:
+        """``n`` blocks were written into this tier as cached data (free -> cached)."""
+        self.stores += n
+
+    def evicted(self, n: int = 1, reason: str = "capacity") -> None:
+        """``n`` cached blocks were dropped (cached -> free); unknown reasons count as other."""
+        try:
+            self.evictions[reason] += n
+        except KeyError:
+            self.evictions["other"] += n
+
+    def set_resident(self, in_use: int, cached: int) -> None:
+        """Override derived occupancy with absolute values read from the engine."""
+        self._resident = (in_use, cached)
+
+    def set_resident_source(self, source: ResidentSource | None) -> None:
+        """Read occupancy as ``(in_use, cached)`` from ``source()`` at every snapshot."""
+        self._resident_source = source
+
+    def set_capacity(self, blocks: int) -> None:
+        """Change the capacity (engines that size the pool after start-up)."""
+        _check_count("capacity_blocks", blocks, self.name)
+        self.capacity_blocks = blocks
+
+    def snapshot(self) -> TierSnapshot:
+        """Point-in-time copy of the counters and occupancy."""
+        evictions = dict(self.evictions)
+        frees = self.frees_to_cache + self.frees_to_free
+        resident = self._resident
+        if self._resident_source is not None:
+            resident = self._resident_source()
+        if resident is None:
+            resident = (
+                self.allocations + self.reuses - frees,
+                self.frees_to_cache + self.stores - self.reuses - sum(evictions.values()),
+            )
+        return TierSnapshot(
+            self.name, self.capacity_blocks, self.block_tokens, self.block_bytes,
+            self.allocations, frees, self.reuses, self.stores, evictions,
+            resident[0], resident[1],
+        )
+
+
+class LinkRecorder:
+    """Transfers in one direction. ``completed`` is called once per batch, not per block.
+
+    Durations go to a bounded buffer that the telemetry sink drains into a histogram at
+    collection time; when it is full, samples are dropped and counted, counters stay exact.
+    """
+
+    __slots__ = (
+        "blocks", "buffer_limit", "bytes", "drops", "dropped_samples", "durations",
+        "dst", "failures", "operations", "seconds", "src",
+    )
+
+    def __init__(self, src: str, dst: str, buffer_limit: int = 65536):
+        self.src = src
+        self.dst = dst
+        self.operations = 0
+        self.blocks = 0
+        self.bytes = 0
+        self.failures = 0
+        self.drops = 0
+        self.seconds = 0.0
+        self.dropped_samples = 0
+        self.buffer_limit = buffer_limit
+        self.durations: deque[float] = deque()
+
+    def completed(self, blocks: int, nbytes: int, seconds: float) -> None:
+        """A batch of ``blocks`` blocks (``nbytes`` bytes) moved in ``seconds``."""
+        self.operations += 1
+        self.blocks += blocks
+        self.bytes += nbytes
+        self.seconds += seconds
+        if len(self.durations) < self.buffer_limit:
+            self.durations.append(seconds)
+        else:
+            self.dropped_samples += 1
+
+    def failed(self, blocks: int, nbytes: int = 0) -> None:
+        """A batch of ``blocks`` blocks failed to move."""
+        self.failures += blocks
+
+    def dropped(self, blocks: int) -> None:
+        """``blocks`` blocks were not moved because the destination tier was full."""
+        self.drops += blocks
+
+    def drain_durations(self) -> list[float]:
+        """Take the buffered durations (oldest first); safe against concurrent appends."""
+        taken = []
+        pop = self.durations.popleft
+        for _ in range(len(self.durations)):
+            taken.append(pop())
+        return taken
+
+    def snapshot(self) -> LinkSnapshot:
+        """Point-in-time copy of the counters."""
+        return LinkSnapshot(
+            self.src, self.dst, self.operations, self.blocks, self.bytes,
+            self.failures, self.drops, self.seconds,
+        )
+
+
+class Recorder:
+    """All counters of one engine: tiers, transfer links, lookups, thrash, errors.
+
+    Args:
+        engine: value of the ``engine`` label (``vllm``, ``lmcache``, ``demo``...).
+        model: value of the ``model`` label.
+        thrash_window_s: an onload within this many seconds of the block's offload
+            counts as thrash.
+    """
+
+    def __init__(self, engine: str = "unknown", model: str = "unknown",
+                 thrash_window_s: float = 10.0) -> None:
+        self.engine = engine
+        self.model = model
+        self._tiers: dict[str, TierRecorder] = {}
+        self._links: dict[tuple[str, str], LinkRecorder] = {}
+        self._setup_lock = threading.Lock()
+        self.thrash = ThrashTracker(window_s=thrash_window_s)
+        self.lookups = 0
+        self.lookup_tokens = 0
+        self.gpu_hit_tokens = 0
+        self.host_hit_tokens = 0
+        self.disk_hit_tokens = 0
+        self._errors: dict[str, int] = {}
+        self._error_logged_at: dict[str, float] = {}
+
+    def add_tier(self, name: str, capacity_blocks: int, block_tokens: int,
+                 block_bytes: int) -> TierRecorder:
+        """Register a tier (or return the existing one after updating its capacity)."""
+        validate_tier_name(name)
+        for field, value in (("capacity_blocks", capacity_blocks),
+                             ("block_tokens", block_tokens), ("block_bytes", block_bytes)):
+            _check_count(field, value, name)
+        with self._setup_lock:
+            tier = self._tiers.get(name)
+            if tier is None:
+                tier = self._tiers[name] = TierRecorder(name, capacity_blocks, block_tokens,
+                                                        block_bytes)
+            else:
+                tier.capacity_blocks = capacity_blocks
+                tier.block_tokens, tier.block_bytes = block_tokens, block_bytes
+            return tier
+
+    def tier(self, name: str) -> TierRecorder:
+        """The recorder of tier ``name``; UnknownTierError names the registered tiers."""
+        try:
+            return self._tiers[name]
+        except KeyError:
+            raise UnknownTierError(
+                f"tier {name!r} is not registered: call add_tier({name!r}, ...) first "
+                f"(registered: {', '.join(self._tiers) or 'none'})"
+            ) from None
+
+    @property
+    def tier_names(self) -> tuple[str, ...]:
+        """Registered tiers, fastest first."""
+        return tuple(sorted(self._tiers, key=tier_order))
+
+    def link(self, src: str, dst: str) -> LinkRecorder:
+        """The transfer recorder for ``src -> dst``, created on first use."""
+        key = (src, dst)
+        link = self._links.get(key)
+        if link is None:
+            validate_tier_name(src)
+            validate_tier_name(dst)
+            with self._setup_lock:
+                link = self._links.setdefault(key, LinkRecorder(src, dst))
+        return link
+
+    @property
+    def links(self) -> tuple[LinkRecorder, ...]:
+        """All transfer directions seen so far."""
+        return tuple(self._links.values())
+
+    def lookup(self, tokens: int, gpu_hit: int = 0, host_hit: int = 0, disk_hit: int = 0) -> None:
+        """One prefix lookup of ``tokens`` prompt tokens and where they were found.
+
+        Tokens not found in any tier are misses. Hits beyond ``tokens`` raise ``tokens``
+        so that the outcomes always sum to the looked-up tokens.
+        """
+        self.lookups += 1
+        self.lookup_tokens += max(tokens, gpu_hit + host_hit + disk_hit)
+        self.gpu_hit_tokens += gpu_hit
+        self.host_hit_tokens += host_hit
+        self.disk_hit_tokens += disk_hit
+
+    def error(self, component: str, exc: BaseException | None = None) -> None:
+        """Count a failure inside kvobs instrumentation; log it at most once a minute.
+
+        Adapters call this from ``except`` blocks around their bookkeeping, so the
+        engine call they wrap goes on with its normal result.
+        """
+        with self._setup_lock:
+            self._errors[component] = self._errors.get(component, 0) + 1
+            now = time.monotonic()
+            last = self._error_logged_at.get(component)
+            should_log = last is None or now - last >= 60.0
+            if should_log:
+                self._error_logged_at[component] = now
+        if should_log:
+            try:
+                _log.warning("instrumentation_error", component=component,
+                             error=repr(exc), count=self._errors[component])
+            except Exception:  # a broken log sink must not reach the engine either
+                pass
+
+    def snapshot(self) -> RecorderSnapshot:
+        """Point-in-time copy of everything, for sinks and tests."""
+        lookups = LookupSnapshot(self.lookups, self.lookup_tokens, self.gpu_hit_tokens,
+                                 self.host_hit_tokens, self.disk_hit_tokens)
+        links = self.links
+        return RecorderSnapshot(
+            self.engine,
+            self.model,
+            tuple(self._tiers[name].snapshot() for name in self.tier_names),
+            tuple(link.snapshot() for link in links),
+            lookups,
+            self.thrash.snapshot(),
+            dict(self._errors),
+            sum(link.dropped_samples for link in links),
+        )
+
+
+def _check_count(field: str, value: int, tier: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{tier} tier: {field} must be a non-negative integer, got {value!r}")

@@ -1,0 +1,125 @@
+"""Frozen, point-in-time views of the recorder, read by every sink.
+
+Sinks never touch the live counters: they take a :class:`RecorderSnapshot` and read
+plain values from it. Snapshots import no telemetry library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TierSnapshot:
+    """Counters and occupancy of one tier."""
+
+    tier: str
+    capacity_blocks: int
+    block_tokens: int
+    block_bytes: int
+    allocations: int
+    frees: int
+    reuses: int
+    stores: int
+    evictions: Mapping[str, int]
+    in_use_blocks: int
+    cached_blocks: int
+
+    @property
+    def resident_blocks(self) -> int:
+        """Blocks holding KV data (in use or cached)."""
+        return self.in_use_blocks + self.cached_blocks
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks holding nothing: capacity minus resident."""
+        return self.capacity_blocks - self.resident_blocks
+
+    @property
+    def occupancy(self) -> float:
+        """Resident fraction of capacity (0 for a tier of no capacity)."""
+        return self.resident_blocks / self.capacity_blocks if self.capacity_blocks else 0.0
+
+    @property
+    def evictions_total(self) -> int:
+        """Evictions summed over reasons."""
+        return sum(self.evictions.values())
+
+
+@dataclass(frozen=True)
+class LinkSnapshot:
+    """Counters of transfers in one direction (src tier -> dst tier)."""
+
+    src: str
+    dst: str
+    operations: int
+    blocks: int
+    bytes: int
+    failures: int
+    drops: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LookupSnapshot:
+    """Prefix lookups counted in tokens, by where the tokens were found."""
+
+    lookups: int
+    tokens: int
+    gpu_hit: int
+    host_hit: int
+    disk_hit: int
+
+    @property
+    def miss(self) -> int:
+        """Tokens found in no tier (they must be recomputed)."""
+        return self.tokens - self.gpu_hit - self.host_hit - self.disk_hit
+
+    def outcomes(self) -> dict[str, int]:
+        """Tokens per outcome label; the values sum to :attr:`tokens`."""
+        return {
+            "gpu_hit": self.gpu_hit,
+            "host_hit": self.host_hit,
+            "disk_hit": self.disk_hit,
+            "miss": self.miss,
+        }
+
+
+@dataclass(frozen=True)
+class ThrashSnapshot:
+    """Whether offloading pays off: re-onloads inside the window, reuse, wasted offloads."""
+
+    onloads_in_window: int
+    offloaded_reused: int
+    offloaded_evicted_unused: int
+    tracked_blocks: int
+    untracked_blocks: int
+
+
+@dataclass(frozen=True)
+class RecorderSnapshot:
+    """Everything a sink exports, read at one moment."""
+
+    engine: str
+    model: str
+    tiers: tuple[TierSnapshot, ...]
+    links: tuple[LinkSnapshot, ...]
+    lookups: LookupSnapshot
+    thrash: ThrashSnapshot
+    errors: Mapping[str, int]
+    dropped_samples: int
+
+    def tier(self, name: str) -> TierSnapshot:
+        """The snapshot of tier ``name`` (KeyError if absent)."""
+        for tier in self.tiers:
+            if tier.tier == name:
+                return tier
+        raise KeyError(name)
+
+    def link(self, src: str, dst: str) -> LinkSnapshot:
+        """The snapshot of direction ``src -> dst`` (KeyError if absent)."""
+        for link in self.links:
+            if (link.src, link.dst) == (src, dst):
+                return link
+        raise KeyError((src, dst))

@@ -1,0 +1,93 @@
+"""Does the host pool pay for itself? Per-block bookkeeping of offloads and onloads.
+
+For each block offloaded to the host tier the tracker remembers when it left the GPU
+and whether it was ever onloaded again. From that it counts:
+
+* thrash onloads: blocks onloaded back within ``window_s`` of their offload (the GPU
+  tier is too small for the working set: blocks bounce over PCIe);
+* reused offloads: offloaded blocks onloaded at least once (the offload paid off);
+* wasted offloads: offloaded blocks evicted from the host before any reuse.
+
+Memory is bounded: at most ``max_blocks`` entries; the oldest are forgotten first and
+counted as untracked. Calls take a batch of keys (one per transfer), not one block.
+
+Example:
+    >>> tracker = ThrashTracker(window_s=10.0, max_blocks=4)
+    >>> tracker.offloaded(["a", "b"]); tracker.onloaded(["a"]); tracker.evicted(["b"])
+    >>> s = tracker.snapshot()
+    >>> s.onloads_in_window, s.offloaded_reused, s.offloaded_evicted_unused
+    (1, 1, 1)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+
+from kvobs.errors import ConfigError
+from kvobs.snapshot import ThrashSnapshot
+
+
+class ThrashTracker:
+    """Bounded offload/onload history keyed by block key (hash, chunk key...)."""
+
+    def __init__(self, window_s: float = 10.0, max_blocks: int = 1 << 18) -> None:
+        if not window_s > 0:
+            raise ConfigError(f"thrash window must be > 0 seconds, got {window_s!r}")
+        if max_blocks <= 0:
+            raise ConfigError(f"thrash max_blocks must be > 0, got {max_blocks!r}")
+        self.window_ns = int(window_s * 1e9)
+        self.max_blocks = max_blocks
+        # key -> [offload time ns, reused]; insertion order = offload order.
+        self._blocks: OrderedDict[Hashable, list[int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.onloads_in_window = 0
+        self.offloaded_reused = 0
+        self.offloaded_evicted_unused = 0
+        self.untracked_blocks = 0
+
+    def offloaded(self, keys: Iterable[Hashable]) -> None:
+        """Blocks ``keys`` were copied from the GPU into the host tier."""
+        now = time.monotonic_ns()
+        with self._lock:
+            blocks = self._blocks
+            for key in keys:
+                blocks[key] = [now, 0]
+                blocks.move_to_end(key)
+            while len(blocks) > self.max_blocks:
+                blocks.popitem(last=False)
+                self.untracked_blocks += 1
+
+    def onloaded(self, keys: Iterable[Hashable]) -> None:
+        """Blocks ``keys`` were copied from the host tier back to the GPU."""
+        now = time.monotonic_ns()
+        with self._lock:
+            for key in keys:
+                entry = self._blocks.get(key)
+                if entry is None:
+                    continue
+                if now - entry[0] <= self.window_ns:
+                    self.onloads_in_window += 1
+                if not entry[1]:
+                    entry[1] = 1
+                    self.offloaded_reused += 1
+
+    def evicted(self, keys: Iterable[Hashable]) -> None:
+        """Blocks ``keys`` were dropped from the host tier."""
+        with self._lock:
+            for key in keys:
+                entry = self._blocks.pop(key, None)
+                if entry is not None and not entry[1]:
+                    self.offloaded_evicted_unused += 1
+
+    def snapshot(self) -> ThrashSnapshot:
+        """Current counts."""
+        return ThrashSnapshot(
+            self.onloads_in_window,
+            self.offloaded_reused,
+            self.offloaded_evicted_unused,
+            len(self._blocks),
+            self.untracked_blocks,
+        )
