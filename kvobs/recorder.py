@@ -268,8 +268,11 @@ class Recorder:
         Tokens not found in any tier are misses. Hits beyond ``tokens`` raise ``tokens``
         so that the outcomes always sum to the looked-up tokens.
         """
+        hits = gpu_hit + host_hit + disk_hit
+        if tokens < hits:
+            tokens = hits
         self.lookups += 1
-        self.lookup_tokens += max(tokens, gpu_hit + host_hit + disk_hit)
+        self.lookup_tokens += tokens
         self.gpu_hit_tokens += gpu_hit
         self.host_hit_tokens += host_hit
         self.disk_hit_tokens += disk_hit

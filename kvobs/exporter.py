@@ -1,0 +1,90 @@
+"""Wire a recorder to every sink: ``/metrics``, OTLP push, NVML, the summary log.
+
+Example:
+    >>> import structlog
+    >>> from kvobs.recorder import Recorder
+    >>> telemetry = Telemetry.start(Recorder(), structlog.get_logger("kvobs"),
+    ...                             metrics_addr="127.0.0.1:0", summary_interval_s=0)
+    >>> telemetry.metrics_url.startswith("http://127.0.0.1:")
+    True
+    >>> telemetry.close()
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricReader
+
+from kvobs.nvml import nvml_source
+from kvobs.recorder import Recorder
+from kvobs.telemetry.otel import OtelBridge
+from kvobs.telemetry.otlp import otlp_reader
+from kvobs.telemetry.prometheus import MetricsServer, start_metrics_server
+from kvobs.telemetry.summary import SummaryLogger
+
+
+class Telemetry:
+    """The running sinks of one recorder. Close it to flush OTLP and free the port."""
+
+    def __init__(self, bridge: OtelBridge, server: MetricsServer | None,
+                 summary: SummaryLogger | None) -> None:
+        self.bridge = bridge
+        self.server = server
+        self.summary = summary
+
+    @classmethod
+    def start(
+        cls,
+        recorder: Recorder,
+        logger: Any,
+        *,
+        metrics_addr: str | None = "127.0.0.1:9464",
+        otlp_endpoint: str | None = None,
+        otlp_interval_s: float = 10.0,
+        summary_interval_s: float = 10.0,
+        extra_readers: tuple[MetricReader, ...] = (),
+    ) -> Telemetry:
+        """Start the sinks.
+
+        Args:
+            recorder: what to export.
+            logger: structlog logger for the summary and NVML events.
+            metrics_addr: ``HOST:PORT`` for ``/metrics``; None serves nothing.
+            otlp_endpoint: OTLP/HTTP base URL; None falls back to
+                ``OTEL_EXPORTER_OTLP_ENDPOINT`` and, if unset too, pushes nothing.
+            otlp_interval_s: seconds between OTLP pushes.
+            summary_interval_s: seconds between ``kv_cache_summary`` events; 0 disables.
+            extra_readers: more OpenTelemetry readers (tests use an in-memory one).
+        """
+        readers: list[MetricReader] = list(extra_readers)
+        endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+        if endpoint:
+            readers.append(otlp_reader(endpoint, recorder, interval_s=otlp_interval_s))
+        server = start_metrics_server(metrics_addr) if metrics_addr else None
+        if server is not None:
+            readers.append(server.reader)
+        source = nvml_source(logger)
+        bridge = OtelBridge(recorder, readers, sources=(source,) if source else ())
+        summary = None
+        if summary_interval_s > 0:
+            summary = SummaryLogger(recorder, logger, summary_interval_s).start()
+        if server is not None:
+            logger.info("metrics_serving", url=server.url)
+        if endpoint:
+            logger.info("otlp_pushing", endpoint=endpoint, interval_s=otlp_interval_s)
+        return cls(bridge, server, summary)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Scrape URL, or None when ``/metrics`` is not served."""
+        return self.server.url if self.server else None
+
+    def close(self) -> None:
+        """Stop the summary thread, push a last OTLP export, stop serving."""
+        if self.summary is not None:
+            self.summary.stop()
+        self.bridge.shutdown()
+        if self.server is not None:
+            self.server.close()

@@ -1,0 +1,1 @@
+"""Sinks that read recorder snapshots: OpenTelemetry metrics, Prometheus, structlog."""

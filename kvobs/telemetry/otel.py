@@ -1,0 +1,127 @@
+"""Bridge recorder snapshots into an OpenTelemetry MeterProvider.
+
+Every catalog metric except the duration histogram is an *observable* instrument whose
+callback reads a recorder snapshot at collection time, so the engine's thread never
+calls OpenTelemetry. Transfer durations wait in each link's bounded buffer; the first
+callback of a collection drains them into a synchronous histogram, which the SDK runs
+before it aggregates, so they appear in the same collection.
+
+Example:
+    >>> from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    >>> from kvobs.recorder import Recorder
+    >>> rec = Recorder(engine="demo", model="m")
+    >>> rec.link("gpu", "host").completed(4, 4096, 0.002)
+    >>> reader = InMemoryMetricReader()
+    >>> bridge = OtelBridge(rec, [reader])
+    >>> names = {m.name for rm in reader.get_metrics_data().resource_metrics
+    ...          for sm in rm.scope_metrics for m in sm.metrics}
+    >>> "kvobs_transfer_duration" in names and "kvobs_transfer_bytes" in names
+    True
+    >>> bridge.shutdown()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+
+from kvobs import __version__
+from kvobs.catalog import DURATION_BUCKETS_S, METRICS, MetricSpec, by_name
+from kvobs.recorder import Recorder
+from kvobs.telemetry.series import Series, SeriesSource, snapshot_series
+
+_DURATION = by_name("kvobs_transfer_duration_seconds")
+
+
+class OtelBridge:
+    """Observable instruments over one recorder, exported through ``readers``.
+
+    Args:
+        recorder: the hot-path recorder to read.
+        readers: OpenTelemetry metric readers (Prometheus, OTLP periodic, in-memory...).
+        sources: extra series providers (NVML) for catalog metrics the recorder lacks.
+        max_snapshot_age_s: callbacks of one collection share a snapshot this young.
+    """
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        readers: Sequence[MetricReader],
+        sources: Sequence[SeriesSource] = (),
+        max_snapshot_age_s: float = 0.05,
+    ) -> None:
+        self._recorder = recorder
+        self._sources = tuple(sources)
+        self._common = {"engine": recorder.engine, "model": recorder.model}
+        self._max_age_ns = int(max_snapshot_age_s * 1e9)
+        self._lock = threading.Lock()
+        self._series: Series = {}
+        self._taken_ns = 0
+        resource = Resource.create(
+            {"service.name": "kvobs", "service.version": __version__, **self._common}
+        )
+        views = [
+            View(
+                instrument_name=_DURATION.otel_name,
+                aggregation=ExplicitBucketHistogramAggregation(list(DURATION_BUCKETS_S)),
+            )
+        ]
+        self.provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views)
+        meter = self.provider.get_meter("kvobs", __version__)
+        self._histogram = meter.create_histogram(
+            _DURATION.otel_name, unit=_DURATION.unit, description=_DURATION.help
+        )
+        for spec in METRICS:
+            if spec.kind == "histogram":
+                continue
+            create = (meter.create_observable_counter if spec.kind == "counter"
+                      else meter.create_observable_gauge)
+            create(spec.otel_name, callbacks=[self._callback(spec)], unit=spec.unit,
+                   description=spec.help)
+
+    def _callback(self, spec: MetricSpec):  # type: ignore[no-untyped-def]
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            try:
+                values = self._current_series().get(spec.name, ())
+                return [Observation(v, {**self._common, **labels}) for labels, v in values]
+            except Exception as exc:  # a sink failure is counted, never raised
+                self._recorder.error("telemetry.otel", exc)
+                return []
+
+        return observe
+
+    def _current_series(self) -> Series:
+        with self._lock:
+            now = time.monotonic_ns()
+            if now - self._taken_ns > self._max_age_ns:
+                self._drain_durations()
+                series = snapshot_series(self._recorder.snapshot())
+                for source in self._sources:
+                    try:
+                        for name, values in source().items():
+                            series.setdefault(name, []).extend(values)
+                    except Exception as exc:
+                        self._recorder.error("telemetry.source", exc)
+                self._series, self._taken_ns = series, now
+            return self._series
+
+    def _drain_durations(self) -> None:
+        for link in self._recorder.links:
+            attrs = {**self._common, "src_tier": link.src, "dst_tier": link.dst}
+            for seconds in link.drain_durations():
+                self._histogram.record(seconds, attrs)
+
+    def force_flush(self) -> None:
+        """Push pending data through every reader that pushes (OTLP)."""
+        self.provider.force_flush()
+
+    def shutdown(self) -> None:
+        """Flush and stop every reader."""
+        self.provider.shutdown()

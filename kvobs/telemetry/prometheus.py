@@ -1,0 +1,83 @@
+"""Serve ``/metrics`` for Prometheus to scrape.
+
+The OpenTelemetry Prometheus reader is registered into a private registry (never the
+process-global one, so an engine's own metrics and ours never collide), and that
+registry is served over HTTP by prometheus_client.
+
+Example:
+    >>> from kvobs.telemetry.prometheus import parse_address
+    >>> parse_address("0.0.0.0:9464"), parse_address("[::1]:0")
+    (('0.0.0.0', 9464), ('::1', 0))
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from threading import Thread
+from wsgiref.simple_server import WSGIServer
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from prometheus_client import CollectorRegistry, start_http_server
+
+from kvobs.errors import ConfigError
+
+
+def parse_address(address: str, field: str = "--metrics-addr") -> tuple[str, int]:
+    """Split ``HOST:PORT`` (IPv6 hosts in brackets); ConfigError names ``field``."""
+    host, sep, port_text = str(address).rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(
+            f"{field} {address!r} is invalid: use HOST:PORT, e.g. 127.0.0.1:9464 "
+            "(0.0.0.0:9464 inside a pod)"
+        )
+    return host, int(port_text)
+
+
+@dataclass
+class MetricsServer:
+    """A running ``/metrics`` endpoint."""
+
+    reader: PrometheusMetricReader
+    registry: CollectorRegistry
+    host: str
+    port: int
+    _server: WSGIServer
+    _thread: Thread
+
+    @property
+    def url(self) -> str:
+        """Scrape URL of the endpoint."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_metrics_server(address: str) -> MetricsServer:
+    """Create a Prometheus reader and serve it on ``address`` (``HOST:PORT``; port 0 = any).
+
+    Raises:
+        ConfigError: the address is malformed, in use, or cannot be bound.
+    """
+    host, port = parse_address(address)
+    registry = CollectorRegistry(auto_describe=True)
+    reader = PrometheusMetricReader(
+        disable_target_info=False, scope_info_enabled=False, registry=registry
+    )
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        reader.shutdown()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"--metrics-addr {address}: port {port} is already in use: pass a free "
+                "port (or 0 for any)"
+            ) from None
+        raise ConfigError(f"--metrics-addr {address} cannot be bound ({exc.strerror})") from None
+    return MetricsServer(reader, registry, host, server.server_port, server, thread)

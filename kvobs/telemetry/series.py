@@ -1,0 +1,70 @@
+"""Turn a recorder snapshot into labelled values, one list per catalog metric.
+
+This is the only place that knows which snapshot field feeds which series, so the
+OpenTelemetry bridge, tests and the summary log agree on every number. It imports no
+telemetry library.
+
+Example:
+    >>> from kvobs.recorder import Recorder
+    >>> rec = Recorder(engine="demo", model="m")
+    >>> _ = rec.add_tier("gpu", capacity_blocks=4, block_tokens=16, block_bytes=1024)
+    >>> rec.lookup(32, gpu_hit=16)
+    >>> series = snapshot_series(rec.snapshot())
+    >>> series["kvobs_lookup_tokens_total"][-1]
+    ({'outcome': 'miss'}, 16)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from kvobs.catalog import RESIDENT_STATES
+from kvobs.snapshot import RecorderSnapshot
+
+Labels = dict[str, str]
+Series = dict[str, list[tuple[Labels, float]]]
+#: Extra sources (NVML...) return values for catalog metrics the recorder does not own.
+SeriesSource = Callable[[], Mapping[str, list[tuple[Labels, float]]]]
+
+
+def snapshot_series(snap: RecorderSnapshot) -> Series:
+    """Values of every recorder-owned catalog metric, without the common labels."""
+    series: Series = {}
+
+    def add(name: str, labels: Labels, value: float) -> None:
+        series.setdefault(name, []).append((labels, value))
+
+    for t in snap.tiers:
+        tier = {"tier": t.tier}
+        add("kvobs_tier_capacity_blocks", tier, t.capacity_blocks)
+        add("kvobs_tier_capacity_tokens", tier, t.capacity_blocks * t.block_tokens)
+        add("kvobs_tier_capacity_bytes", tier, t.capacity_blocks * t.block_bytes)
+        for state, blocks in zip(RESIDENT_STATES, (t.in_use_blocks, t.cached_blocks)):
+            add("kvobs_tier_resident_blocks", {**tier, "state": state}, blocks)
+            add("kvobs_tier_resident_bytes", {**tier, "state": state}, blocks * t.block_bytes)
+        add("kvobs_block_allocations_total", tier, t.allocations)
+        add("kvobs_block_frees_total", tier, t.frees)
+        add("kvobs_block_reuses_total", tier, t.reuses)
+        add("kvobs_block_stores_total", tier, t.stores)
+        for reason, count in t.evictions.items():
+            add("kvobs_block_evictions_total", {**tier, "reason": reason}, count)
+
+    add("kvobs_lookups_total", {}, snap.lookups.lookups)
+    for outcome, tokens in snap.lookups.outcomes().items():
+        add("kvobs_lookup_tokens_total", {"outcome": outcome}, tokens)
+
+    for link in snap.links:
+        direction = {"src_tier": link.src, "dst_tier": link.dst}
+        add("kvobs_transfer_operations_total", direction, link.operations)
+        add("kvobs_transfer_blocks_total", direction, link.blocks)
+        add("kvobs_transfer_bytes_total", direction, link.bytes)
+        add("kvobs_transfer_failures_total", direction, link.failures)
+        add("kvobs_transfer_drops_total", direction, link.drops)
+
+    add("kvobs_thrash_onloads_total", {}, snap.thrash.onloads_in_window)
+    add("kvobs_offloaded_reused_blocks_total", {}, snap.thrash.offloaded_reused)
+    add("kvobs_offloaded_evicted_unused_blocks_total", {}, snap.thrash.offloaded_evicted_unused)
+    for component, count in snap.errors.items():
+        add("kvobs_instrumentation_errors_total", {"component": component}, count)
+    add("kvobs_telemetry_dropped_samples_total", {}, snap.dropped_samples)
+    return series

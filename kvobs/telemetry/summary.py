@@ -1,0 +1,107 @@
+"""The periodic ``kv_cache_summary`` event: occupancy, hit split, transfer rates, thrash.
+
+Rates are computed from two snapshots, so the summary costs the engine nothing.
+
+Example:
+    >>> from kvobs.recorder import Recorder
+    >>> rec = Recorder()
+    >>> _ = rec.add_tier("gpu", capacity_blocks=10, block_tokens=16, block_bytes=64)
+    >>> before = rec.snapshot(); rec.lookup(100, gpu_hit=60); rec.tier("gpu").allocated(5)
+    >>> fields = summary_fields(before, rec.snapshot(), elapsed_s=2.0)
+    >>> fields["tiers"]["gpu"]["occupancy"], fields["lookup_tokens"]["gpu_hit"]
+    (0.5, 0.6)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from kvobs.recorder import Recorder
+from kvobs.snapshot import RecorderSnapshot
+
+
+def summary_fields(prev: RecorderSnapshot, cur: RecorderSnapshot, elapsed_s: float) -> dict[str, Any]:
+    """Fields of one summary event covering the interval from ``prev`` to ``cur``."""
+    elapsed = max(elapsed_s, 1e-9)
+    tokens = cur.lookups.tokens - prev.lookups.tokens
+    prev_outcomes = prev.lookups.outcomes()
+    split = {
+        outcome: round((n - prev_outcomes[outcome]) / tokens, 4) if tokens else 0.0
+        for outcome, n in cur.lookups.outcomes().items()
+    }
+    transfers = {}
+    for link in cur.links:
+        try:
+            old = prev.link(link.src, link.dst)
+            ops, nbytes, blocks = link.operations - old.operations, link.bytes - old.bytes, \
+                link.blocks - old.blocks
+        except KeyError:
+            ops, nbytes, blocks = link.operations, link.bytes, link.blocks
+        transfers[f"{link.src}->{link.dst}"] = {
+            "blocks_per_s": round(blocks / elapsed, 1),
+            "bytes_per_s": round(nbytes / elapsed),
+            "ops": ops,
+            "failures": link.failures,
+            "drops": link.drops,
+        }
+    return {
+        "interval_s": round(elapsed, 2),
+        "tiers": {
+            t.tier: {
+                "in_use": t.in_use_blocks,
+                "cached": t.cached_blocks,
+                "free": t.free_blocks,
+                "occupancy": round(t.occupancy, 4),
+                "evictions": t.evictions_total,
+            }
+            for t in cur.tiers
+        },
+        "lookup_tokens_per_s": round(tokens / elapsed, 1),
+        "lookup_tokens": split,
+        "transfers": transfers,
+        "thrash_onloads": cur.thrash.onloads_in_window,
+        "offloaded_reused": cur.thrash.offloaded_reused,
+        "offloaded_evicted_unused": cur.thrash.offloaded_evicted_unused,
+        "instrumentation_errors": sum(cur.errors.values()),
+    }
+
+
+class SummaryLogger:
+    """Logs ``kv_cache_summary`` every ``interval_s`` from a daemon thread."""
+
+    def __init__(self, recorder: Recorder, logger: Any, interval_s: float = 10.0) -> None:
+        self._recorder = recorder
+        self._logger = logger
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvobs-summary", daemon=True)
+        self._last = recorder.snapshot()
+        self._last_t = time.monotonic()
+
+    def start(self) -> SummaryLogger:
+        """Start the thread; returns self."""
+        self._thread.start()
+        return self
+
+    def log_now(self) -> dict[str, Any]:
+        """Log a summary of the interval since the last one, and return its fields."""
+        cur, now = self._recorder.snapshot(), time.monotonic()
+        fields = summary_fields(self._last, cur, now - self._last_t)
+        self._last, self._last_t = cur, now
+        self._logger.info("kv_cache_summary", **fields)
+        return fields
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.log_now()
+            except Exception as exc:
+                self._recorder.error("telemetry.summary", exc)
+
+    def stop(self) -> None:
+        """Stop the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
