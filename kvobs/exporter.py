@@ -3,8 +3,9 @@
 Example:
     >>> import structlog
     >>> from kvobs.recorder import Recorder
-    >>> telemetry = Telemetry.start(Recorder(), structlog.get_logger("kvobs"),
-    ...                             metrics_addr="127.0.0.1:0", summary_interval_s=0)
+    >>> with structlog.testing.capture_logs() as logs:
+    ...     telemetry = Telemetry.start(Recorder(), structlog.get_logger("kvobs"),
+    ...                                 metrics_addr="127.0.0.1:0", summary_interval_s=0)
     >>> telemetry.metrics_url.startswith("http://127.0.0.1:")
     True
     >>> telemetry.close()
