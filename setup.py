@@ -2,17 +2,30 @@
 
 ``kernels/`` lives at the top of the repository but ships as ``kvobs.kernels``
 (a top-level ``kernels`` module would collide with the PyPI package of that name).
+
+``kvobs.kernels._native`` is a small C extension (plain CPython API, no torch headers,
+no CUDA) with the block-copy loops. It is optional: where no C compiler exists the
+install still succeeds and ``kvobs.kernels`` falls back to a pure-torch path.
 """
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 PACKAGES = [
     *find_packages(include=["kvobs", "kvobs.*"]),
     "kvobs.kernels",
     *(f"kvobs.kernels.{name}" for name in find_packages("kernels")),
+    "kvobs.dashboards",
 ]
+
+NATIVE_KERNELS = Extension(
+    "kvobs.kernels._native",
+    sources=["kernels/_native.c"],
+    extra_compile_args=["-O3", "-std=c11"],
+    optional=True,
+)
 
 setup(
     packages=PACKAGES,
-    package_dir={"kvobs": "kvobs", "kvobs.kernels": "kernels"},
+    package_dir={"kvobs": "kvobs", "kvobs.kernels": "kernels", "kvobs.dashboards": "dashboards"},
+    ext_modules=[NATIVE_KERNELS],
 )

@@ -1,1 +1,30 @@
-"""Block copies between KV cache tiers (shipped as ``kvobs.kernels``)."""
+"""Block copies between KV cache tiers (shipped as ``kvobs.kernels``).
+
+Move a batch of blocks between two pools given ``(src_block_id, dst_block_id)`` pairs:
+GPU -> host (swap out), host -> GPU (swap in) and host <-> host. Pools are a tensor
+``[num_blocks, ...]`` or a list of per-layer tensors. Contiguous runs are coalesced into
+one copy each, a C loop (``kvobs.kernels._native``, built by ``pip install``) does the
+host-side work, and every transfer is reported to a kvobs link with its blocks, bytes
+and duration.
+
+Example:
+    >>> import torch
+    >>> from kvobs.kernels import BlockMover, copy_blocks
+    >>> gpu_like, host = torch.randn(16, 16, 8), torch.zeros(64, 16, 8)
+    >>> copy_blocks(gpu_like, host, [(0, 3), (1, 4)])
+    >>> mover = BlockMover(host, gpu_like)          # reuse for repeated moves
+    >>> mover.copy([(3, 8), (4, 9)]).blocks
+    2
+"""
+
+from kvobs.kernels.cpu_copy import NATIVE_AVAILABLE
+from kvobs.kernels.link import TransferLink
+from kvobs.kernels.mover import BlockMover, TransferStats, copy_blocks
+
+__all__ = [
+    "NATIVE_AVAILABLE",
+    "BlockMover",
+    "TransferLink",
+    "TransferStats",
+    "copy_blocks",
+]

@@ -1,0 +1,158 @@
+"""Validate a block mapping and coalesce it into runs, before any byte moves.
+
+A mapping is a sequence of ``(src_block_id, dst_block_id)`` pairs or an integer tensor
+shaped ``[N, 2]``. Planning checks every id against the pool sizes, rejects a destination
+id used twice, and merges consecutive pairs ``(s, d), (s+1, d+1), ...`` into one run
+``(s, d, count)`` so that a contiguous stretch costs one copy. Pairs are merged in the
+order given; they are not reordered.
+
+The native planner does this in one C loop over preallocated scratch; the Python planner
+is the fallback used when the extension is not built.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from kvobs.kernels._ext import native as _native
+
+MappingLike = Sequence[Sequence[int]] | torch.Tensor
+
+_STAMP_LIMIT = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Runs ``[n, 3]`` (src, dst, count) over the planner's buffer, valid until the next plan."""
+
+    runs: torch.Tensor
+    blocks: int
+
+
+def _pair_tensor(mapping: torch.Tensor) -> torch.Tensor:
+    if mapping.numel() == 0:
+        return mapping.reshape(0, 2).to(torch.int64)
+    if mapping.dim() != 2 or mapping.shape[1] != 2:
+        raise ValueError(
+            f"mapping: tensor shape {tuple(mapping.shape)} is not [N, 2]; "
+            "pass one (src_block_id, dst_block_id) row per block"
+        )
+    if mapping.dtype.is_floating_point or mapping.dtype.is_complex or mapping.dtype == torch.bool:
+        raise ValueError(f"mapping: dtype {mapping.dtype} is not an integer type; use torch.int64")
+    if mapping.device.type != "cpu":
+        raise ValueError(
+            f"mapping: tensor is on {mapping.device}; pass block ids in host memory (a list or "
+            "a CPU tensor) so that planning never waits on the device"
+        )
+    return mapping.to(torch.int64).contiguous()
+
+
+class RunPlanner:
+    """Plans copies between a source pool of ``src_blocks`` and a destination of ``dst_blocks``.
+
+    Scratch (a duplicate-detection stamp per destination block and the run buffer) is
+    allocated once and reused, so planning allocates nothing per call in steady state.
+
+    Example:
+        >>> planner = RunPlanner(src_blocks=8, dst_blocks=8)
+        >>> planner.plan([(0, 4), (1, 5), (6, 0)]).runs.tolist()
+        [[0, 4, 2], [6, 0, 1]]
+    """
+
+    def __init__(self, src_blocks: int, dst_blocks: int, *, native: bool = True) -> None:
+        self.src_blocks = src_blocks
+        self.dst_blocks = dst_blocks
+        self.native = native and _native is not None
+        self._seen = torch.zeros(max(dst_blocks, 1), dtype=torch.int32)
+        self._stamp = 0
+        self._runs = torch.empty(0, 3, dtype=torch.int64)
+
+    def plan(self, mapping: MappingLike) -> Plan:
+        """Validate ``mapping`` and return its runs.
+
+        Raises:
+            ValueError: naming the offending pair for an id out of range, a repeated
+                destination id, or a malformed mapping.
+        """
+        pairs: Any = _pair_tensor(mapping) if isinstance(mapping, torch.Tensor) else mapping
+        try:
+            n = len(pairs)
+        except TypeError:
+            raise ValueError(
+                f"mapping: {type(mapping).__name__} is not a sequence of "
+                "(src_block_id, dst_block_id) pairs or an [N, 2] tensor"
+            ) from None
+        if n == 0:
+            return Plan(self._runs[:0], 0)
+        if n > self.dst_blocks:
+            raise ValueError(
+                f"mapping: {n} pairs but the destination pool has {self.dst_blocks} blocks; "
+                "a destination block may be written once per call"
+            )
+        self._reserve(n)
+        stamp = self._next_stamp()
+        if self.native:
+            n_runs = self._plan_native(pairs, n, stamp)
+        else:
+            n_runs = self._plan_python(pairs.tolist() if isinstance(pairs, torch.Tensor) else pairs)
+        return Plan(self._runs[:n_runs], n)
+
+    def _reserve(self, n: int) -> None:
+        if self._runs.shape[0] < n:
+            capacity = min(self.dst_blocks, max(64, 1 << (n - 1).bit_length()))
+            self._runs = torch.empty(capacity, 3, dtype=torch.int64)
+
+    def _next_stamp(self) -> int:
+        self._stamp += 1
+        if self._stamp >= _STAMP_LIMIT:
+            self._seen.zero_()
+            self._stamp = 1
+        return self._stamp
+
+    def _plan_native(self, pairs: Any, n: int, stamp: int) -> int:
+        assert _native is not None
+        seen, runs = self._seen.data_ptr(), self._runs.data_ptr()
+        if isinstance(pairs, torch.Tensor):
+            return int(
+                _native.plan_pairs(
+                    pairs.data_ptr(), n, self.src_blocks, self.dst_blocks, seen, stamp, runs
+                )
+            )
+        return int(_native.plan_seq(pairs, self.src_blocks, self.dst_blocks, seen, stamp, runs))
+
+    def _plan_python(self, pairs: Sequence[Sequence[int]]) -> int:
+        written: set[int] = set()
+        runs: list[list[int]] = []
+        for i, pair in enumerate(pairs):
+            try:
+                s, d = (operator.index(x) for x in pair)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"mapping[{i}]: expected a (src_block_id, dst_block_id) pair"
+                ) from None
+            if not 0 <= s < self.src_blocks:
+                raise ValueError(
+                    f"mapping[{i}]: source block id {s} is out of range "
+                    f"[0, {self.src_blocks}); use ids of the source pool"
+                )
+            if not 0 <= d < self.dst_blocks:
+                raise ValueError(
+                    f"mapping[{i}]: destination block id {d} is out of range "
+                    f"[0, {self.dst_blocks}); use ids of the destination pool"
+                )
+            if d in written:
+                raise ValueError(
+                    f"mapping[{i}]: destination block id {d} appears twice; "
+                    "each destination block may be written once per call"
+                )
+            written.add(d)
+            if runs and runs[-1][0] + runs[-1][2] == s and runs[-1][1] + runs[-1][2] == d:
+                runs[-1][2] += 1
+            else:
+                runs.append([s, d, 1])
+        self._runs[: len(runs)] = torch.tensor(runs, dtype=torch.int64)
+        return len(runs)
