@@ -28,6 +28,11 @@ PRESETS: Mapping[str, Mapping[str, Any]] = {
         "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
         "hidden_size": 8192, "torch_dtype": "bfloat16",
     },
+    "qwen2.5-0.5b": {
+        "_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct", "model_type": "qwen2",
+        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "hidden_size": 896, "torch_dtype": "bfloat16",
+    },
     "qwen2.5-7b": {
         "_name_or_path": "Qwen/Qwen2.5-7B", "model_type": "qwen2",
         "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,

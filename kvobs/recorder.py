@@ -196,16 +196,18 @@ class Recorder:
         model: value of the ``model`` label.
         thrash_window_s: an onload within this many seconds of the block's offload
             counts as thrash.
+        clock_ns: the thrash tracker's clock; simulations pass their virtual clock.
     """
 
     def __init__(self, engine: str = "unknown", model: str = "unknown",
-                 thrash_window_s: float = 10.0) -> None:
+                 thrash_window_s: float = 10.0,
+                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self.engine = engine
         self.model = model
         self._tiers: dict[str, TierRecorder] = {}
         self._links: dict[tuple[str, str], LinkRecorder] = {}
         self._setup_lock = threading.Lock()
-        self.thrash = ThrashTracker(window_s=thrash_window_s)
+        self.thrash = ThrashTracker(window_s=thrash_window_s, clock_ns=clock_ns)
         self.lookups = 0
         self.lookup_tokens = 0
         self.gpu_hit_tokens = 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from kvobs.errors import ConfigError
 from kvobs.snapshot import ThrashSnapshot
@@ -33,12 +33,14 @@ from kvobs.snapshot import ThrashSnapshot
 class ThrashTracker:
     """Bounded offload/onload history keyed by block key (hash, chunk key...)."""
 
-    def __init__(self, window_s: float = 10.0, max_blocks: int = 1 << 18) -> None:
+    def __init__(self, window_s: float = 10.0, max_blocks: int = 1 << 18,
+                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         if not window_s > 0:
             raise ConfigError(f"thrash window must be > 0 seconds, got {window_s!r}")
         if max_blocks <= 0:
             raise ConfigError(f"thrash max_blocks must be > 0, got {max_blocks!r}")
         self.window_ns = int(window_s * 1e9)
+        self.clock_ns = clock_ns  # a simulation passes its virtual clock
         self.max_blocks = max_blocks
         # key -> [offload time ns, reused]; insertion order = offload order.
         self._blocks: OrderedDict[Hashable, list[int]] = OrderedDict()
@@ -50,7 +52,7 @@ class ThrashTracker:
 
     def offloaded(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were copied from the GPU into the host tier."""
-        now = time.monotonic_ns()
+        now = self.clock_ns()
         with self._lock:
             blocks = self._blocks
             for key in keys:
@@ -62,7 +64,7 @@ class ThrashTracker:
 
     def onloaded(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were copied from the host tier back to the GPU."""
-        now = time.monotonic_ns()
+        now = self.clock_ns()
         with self._lock:
             for key in keys:
                 entry = self._blocks.get(key)
