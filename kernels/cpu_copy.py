@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 from kvobs.kernels._ext import native as _native
+from kvobs.kernels.plan import RunPlanner
 from kvobs.kernels.pools import Pool
 
 NATIVE_AVAILABLE = _native is not None
@@ -22,7 +23,8 @@ class HostCopier:
         >>> from kvobs.kernels.pools import as_pool
         >>> src, dst = torch.arange(8.0).reshape(4, 2), torch.zeros(4, 2)
         >>> copier = HostCopier(as_pool(src, "src"), as_pool(dst, "dst"))
-        >>> copier.copy(torch.tensor([[3, 0, 1]]))
+        >>> planner = RunPlanner(4, 4)
+        >>> copier.copy(planner, planner.plan([(3, 0)]).n_runs)
         >>> dst[0].tolist()
         [6.0, 7.0]
     """
@@ -45,18 +47,18 @@ class HostCopier:
             ],
             dtype=torch.int64,
         )
+        self._table_addr = self._table.data_ptr()
+        self._n_layers = len(src.layers)
 
-    def copy(self, runs: torch.Tensor) -> None:
-        """Copy every run ``(src, dst, count)`` of ``runs`` (an ``[n, 3]`` int64 tensor)."""
-        if runs.shape[0] == 0:
+    def copy(self, planner: RunPlanner, n_runs: int) -> None:
+        """Copy the ``n_runs`` runs of ``planner``'s latest plan, every layer."""
+        if n_runs == 0:
             return
         if self.implementation == "native":
             assert _native is not None
-            _native.copy_runs(
-                self._table.data_ptr(), self._table.shape[0], runs.data_ptr(), runs.shape[0]
-            )
+            _native.copy_runs(self._table_addr, self._n_layers, planner.runs_addr, n_runs)
             return
         with torch.no_grad():
-            for s, d, n in runs.tolist():
+            for s, d, n in planner.runs(n_runs).tolist():
                 for src, dst in zip(self.src.layers, self.dst.layers, strict=True):
                     dst[d : d + n].copy_(src[s : s + n])

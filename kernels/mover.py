@@ -9,7 +9,7 @@ and also covers CUDA pools (through ``StreamMover``, waiting for the transfer to
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvobs.kernels.cpu_copy import HostCopier
 from kvobs.kernels.link import TransferLink, report_completed, report_failed
@@ -17,13 +17,15 @@ from kvobs.kernels.plan import MappingLike, RunPlanner
 from kvobs.kernels.pools import PoolLike, as_pool, check_compatible
 
 
-@dataclass(frozen=True)
-class TransferStats:
+class TransferStats(NamedTuple):
     """What one finished transfer moved and how long the bytes took to move."""
 
     blocks: int
     nbytes: int
     seconds: float
+
+
+_NOTHING_MOVED = TransferStats(0, 0, 0.0)
 
 
 class BlockMover:
@@ -40,8 +42,8 @@ class BlockMover:
         >>> import torch
         >>> src, dst = torch.randn(64, 16, 8), torch.zeros(32, 16, 8)
         >>> mover = BlockMover(src, dst)
-        >>> mover.copy([(5, 0), (6, 1), (40, 7)])
-        TransferStats(blocks=3, nbytes=1536, seconds=...)
+        >>> mover.copy([(5, 0), (6, 1), (40, 7)])[:2]  # (blocks, nbytes, seconds)
+        (3, 1536)
         >>> bool((dst[7] == src[40]).all())
         True
     """
@@ -66,6 +68,7 @@ class BlockMover:
         self.link = link
         self._planner = RunPlanner(self.src.num_blocks, self.dst.num_blocks, native=native)
         self._copier = HostCopier(self.src, self.dst, native=native)
+        self._bytes_per_block = self.src.bytes_per_block
 
     @property
     def implementation(self) -> str:
@@ -78,19 +81,20 @@ class BlockMover:
         Raises:
             ValueError: for a bad mapping, before any byte moves (not counted as a failure).
         """
-        plan = self._planner.plan(mapping)
-        nbytes = plan.blocks * self.src.bytes_per_block
-        if plan.blocks == 0:
-            return TransferStats(0, 0, 0.0)
+        blocks, n_runs = self._planner.plan(mapping)
+        if blocks == 0:
+            return _NOTHING_MOVED
+        nbytes = blocks * self._bytes_per_block
         start = time.perf_counter_ns()
         try:
-            self._copier.copy(plan.runs)
+            self._copier.copy(self._planner, n_runs)
         except BaseException:
-            report_failed(self.link, plan.blocks, nbytes)
+            report_failed(self.link, blocks, nbytes)
             raise
         seconds = (time.perf_counter_ns() - start) * 1e-9
-        report_completed(self.link, plan.blocks, nbytes, seconds)
-        return TransferStats(plan.blocks, nbytes, seconds)
+        if self.link is not None:
+            report_completed(self.link, blocks, nbytes, seconds)
+        return TransferStats(blocks, nbytes, seconds)
 
 
 def copy_blocks(
