@@ -73,6 +73,8 @@ class ServingLoop:
         self._running: list[tuple[float, int, Request, Allocation]] = []
         self._order = itertools.count()
         self._capacity_tokens = pool.gpu.shape[0] * pool.block_tokens
+        # Thrash windows are measured on the virtual clock, paced or not.
+        pool.recorder.thrash.clock_ns = lambda: int(self.now_s * 1e9)
 
     def step(self) -> None:
         """Advance the virtual clock by one tick: finish, arrive, admit."""
@@ -112,19 +114,20 @@ class ServingLoop:
     def run(self, duration_s: float | None, pace: bool = True,
             on_tick: Callable[[], None] | None = None,
             should_stop: Callable[[], bool] | None = None) -> None:
-        """Run for ``duration_s`` virtual seconds (None: until ``should_stop``).
+        """Run ``duration_s`` more virtual seconds (None: until ``should_stop``).
 
         With ``pace`` the virtual clock follows the wall clock (the demo); without it
-        the loop runs as fast as it can (tests, benchmarks).
+        the loop runs as fast as it can (warm-up, tests, benchmarks).
         """
-        start = time.monotonic()
-        while duration_s is None or self.now_s < duration_s:
+        start_wall, start_virtual = time.monotonic(), self.now_s
+        end = None if duration_s is None else start_virtual + duration_s
+        while end is None or self.now_s < end:
             if should_stop is not None and should_stop():
                 return
             self.step()
             if on_tick is not None:
                 on_tick()
             if pace:
-                lag = self.now_s - (time.monotonic() - start)
+                lag = (self.now_s - start_virtual) - (time.monotonic() - start_wall)
                 if lag > 0:
                     time.sleep(lag)

@@ -1,0 +1,46 @@
+"""The ``kvobs`` command: one module per subcommand, each with ``register(subparsers)``.
+
+Bad input ends in a one-line ``kvobs: error: ...`` naming the field and the fix, exit
+status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kvobs import __version__
+from kvobs.cli import capacity_cmd, demo_cmd
+from kvobs.errors import KvobsError
+
+SUBCOMMANDS = [demo_cmd, capacity_cmd]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="kvobs",
+        description="Observability for tiered KV caches: GPU, host and disk tiers.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvobs {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kvobs`` console script."""
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args) or 0)
+    except KvobsError as exc:
+        print(f"kvobs: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

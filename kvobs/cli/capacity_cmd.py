@@ -1,0 +1,57 @@
+"""``kvobs capacity``: plan tier capacities for a model without running an engine.
+
+Example:
+    $ kvobs capacity --model llama-3-8b --gpu-kv-gib 16 --host-pool-gib 120 --request-tokens 32768
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from kvobs.capacity import GIB, CapacityPlan
+from kvobs.cli.model_options import add_model_options, layout_from_args
+from kvobs.cli.options import add_option, non_negative_float, positive_float, positive_int
+from kvobs.errors import ConfigError
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``capacity`` subcommand."""
+    parser = subparsers.add_parser(
+        "capacity",
+        help="print the KV capacity of every tier for a model",
+        description="Plan KV cache capacity per tier. The GPU tier bounds how many requests "
+        "run at once; the host and disk tiers bound how much reusable context is kept.",
+    )
+    add_model_options(parser, default_preset=None)
+    add_option(parser, "--gpu-kv-gib", type=positive_float, required=False,
+               help="GiB of GPU memory given to the KV cache")
+    add_option(parser, "--host-pool-gib", type=non_negative_float, default=0.0,
+               help="GiB of host DRAM given to the KV host pool")
+    add_option(parser, "--disk-gib", type=non_negative_float, default=0.0,
+               help="GiB of disk given to the KV disk tier")
+    add_option(parser, "--request-tokens", type=positive_int, default=8192,
+               help="request length (prompt + output) used to interpret capacity")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the capacity plan."""
+    if args.gpu_kv_gib is None:
+        raise ConfigError("--gpu-kv-gib is required: pass the GiB of GPU memory for the KV cache")
+    layout = layout_from_args(args)
+    sizes = {"gpu": args.gpu_kv_gib * GIB, "host": args.host_pool_gib * GIB}
+    if args.disk_gib:
+        sizes["disk"] = args.disk_gib * GIB
+    plan = CapacityPlan.from_bytes(layout, sizes, request_tokens=args.request_tokens)
+    if args.json:
+        print(json.dumps(plan.as_event(), indent=2))
+    else:
+        print(f"model {layout.name}: {layout.bytes_per_token:,} bytes/token, "
+              f"{layout.block_tokens} tokens/block = {layout.bytes_per_block:,} bytes/block"
+              f"{' (MLA)' if layout.is_mla else ''}")
+        for line in plan.describe():
+            print(line)
+    return 0
