@@ -66,8 +66,11 @@ class CapacityPlan:
     request_tokens: int = 8192
 
     def __post_init__(self) -> None:
-        if isinstance(self.request_tokens, bool) or not isinstance(self.request_tokens, int) \
-                or self.request_tokens <= 0:
+        if (
+            isinstance(self.request_tokens, bool)
+            or not isinstance(self.request_tokens, int)
+            or self.request_tokens <= 0
+        ):
             raise ConfigError(
                 f"request_tokens must be a positive integer, got {self.request_tokens!r}: "
                 "pass --request-tokens N"
@@ -75,7 +78,9 @@ class CapacityPlan:
         names = [t.tier for t in self.tiers]
         if len(set(names)) != len(names):
             raise ConfigError(f"tiers must be unique, got {names}")
-        object.__setattr__(self, "tiers", tuple(sorted(self.tiers, key=lambda t: tier_order(t.tier))))
+        object.__setattr__(
+            self, "tiers", tuple(sorted(self.tiers, key=lambda t: tier_order(t.tier)))
+        )
 
     @classmethod
     def from_blocks(
@@ -92,7 +97,9 @@ class CapacityPlan:
         counts = {}
         for tier, size in sizes.items():
             if isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
-                raise ConfigError(f"{tier} tier size must be a non-negative number of bytes, got {size!r}")
+                raise ConfigError(
+                    f"{tier} tier size must be a non-negative number of bytes, got {size!r}"
+                )
             counts[tier] = int(size // layout.bytes_per_block)
         return cls.from_blocks(layout, counts, request_tokens)
 
@@ -101,7 +108,9 @@ class CapacityPlan:
         for tier in self.tiers:
             if tier.tier == name:
                 return tier
-        raise ConfigError(f"tier {name!r} is not in this plan (tiers: {[t.tier for t in self.tiers]})")
+        raise ConfigError(
+            f"tier {name!r} is not in this plan (tiers: {[t.tier for t in self.tiers]})"
+        )
 
     @property
     def max_concurrency(self) -> float:

@@ -29,8 +29,9 @@ from kvobs.telemetry.summary import SummaryLogger
 class Telemetry:
     """The running sinks of one recorder. Close it to flush OTLP and free the port."""
 
-    def __init__(self, bridge: OtelBridge, server: MetricsServer | None,
-                 summary: SummaryLogger | None) -> None:
+    def __init__(
+        self, bridge: OtelBridge, server: MetricsServer | None, summary: SummaryLogger | None
+    ) -> None:
         self.bridge = bridge
         self.server = server
         self.summary = summary

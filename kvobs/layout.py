@@ -24,9 +24,19 @@ from typing import Any
 from kvobs.errors import ConfigError
 
 DTYPE_BYTES: Mapping[str, int] = {
-    "float32": 4, "fp32": 4, "float": 4,
-    "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
     "int8": 1,
 }
 
@@ -144,15 +154,20 @@ def _read_json(path: Path) -> Mapping[str, Any]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"model config {path} does not exist: pass the path of a config.json") from None
+        raise ConfigError(
+            f"model config {path} does not exist: pass the path of a config.json"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"model config {path} cannot be read ({exc}): check the path") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"model config {path} is not valid JSON (line {exc.lineno}): pass a Hugging Face config.json"
+            f"model config {path} is not valid JSON (line {exc.lineno}): "
+            "pass a Hugging Face config.json"
         ) from None
     if not isinstance(data, Mapping):
-        raise ConfigError(f"model config {path} must be a JSON object: pass a Hugging Face config.json")
+        raise ConfigError(
+            f"model config {path} must be a JSON object: pass a Hugging Face config.json"
+        )
     return data
 
 

@@ -19,8 +19,12 @@ from kvobs.telemetry.series import Labels, SeriesSource
 
 #: Per-lane transfer rate (GT/s) and line-code efficiency of each PCIe generation.
 _PCIE_LANE = {
-    1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130),
-    5: (32.0, 128 / 130), 6: (64.0, 242 / 256),
+    1: (2.5, 8 / 10),
+    2: (5.0, 8 / 10),
+    3: (8.0, 128 / 130),
+    4: (16.0, 128 / 130),
+    5: (32.0, 128 / 130),
+    6: (64.0, 242 / 256),
 }
 
 
@@ -35,7 +39,9 @@ class NvmlSource:
 
     def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
-        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        self._handles = [
+            nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())
+        ]
 
     def __call__(self) -> Mapping[str, list[tuple[Labels, float]]]:
         nvml = self._nvml
@@ -50,8 +56,10 @@ class NvmlSource:
                 ("kvobs_gpu_memory_used_bytes", memory.used),
                 ("kvobs_pcie_link_generation", generation),
                 ("kvobs_pcie_link_width", width),
-                ("kvobs_pcie_peak_bandwidth_bytes_per_second",
-                 pcie_peak_bytes_per_second(generation, width)),
+                (
+                    "kvobs_pcie_peak_bandwidth_bytes_per_second",
+                    pcie_peak_bytes_per_second(generation, width),
+                ),
             ):
                 series.setdefault(name, []).append((device, value))
         return series
@@ -60,7 +68,7 @@ class NvmlSource:
 def nvml_source(logger: Any) -> SeriesSource | None:
     """An NVML series source, or None (logged once at info level) when NVML is absent."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         return NvmlSource(pynvml)

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -51,9 +52,18 @@ class TierRecorder:
     """
 
     __slots__ = (
-        "_resident", "_resident_source", "allocations", "block_bytes", "block_tokens",
-        "capacity_blocks", "evictions", "frees_to_cache", "frees_to_free", "name",
-        "reuses", "stores",
+        "_resident",
+        "_resident_source",
+        "allocations",
+        "block_bytes",
+        "block_tokens",
+        "capacity_blocks",
+        "evictions",
+        "frees_to_cache",
+        "frees_to_free",
+        "name",
+        "reuses",
+        "stores",
     )
 
     def __init__(self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int):
@@ -122,9 +132,17 @@ class TierRecorder:
                 self.frees_to_cache + self.stores - self.reuses - sum(evictions.values()),
             )
         return TierSnapshot(
-            self.name, self.capacity_blocks, self.block_tokens, self.block_bytes,
-            self.allocations, frees, self.reuses, self.stores, evictions,
-            resident[0], resident[1],
+            self.name,
+            self.capacity_blocks,
+            self.block_tokens,
+            self.block_bytes,
+            self.allocations,
+            frees,
+            self.reuses,
+            self.stores,
+            evictions,
+            resident[0],
+            resident[1],
         )
 
 
@@ -136,8 +154,17 @@ class LinkRecorder:
     """
 
     __slots__ = (
-        "blocks", "buffer_limit", "bytes", "drops", "dropped_samples", "durations",
-        "dst", "failures", "operations", "seconds", "src",
+        "blocks",
+        "buffer_limit",
+        "bytes",
+        "dropped_samples",
+        "drops",
+        "dst",
+        "durations",
+        "failures",
+        "operations",
+        "seconds",
+        "src",
     )
 
     def __init__(self, src: str, dst: str, buffer_limit: int = 65536):
@@ -183,8 +210,14 @@ class LinkRecorder:
     def snapshot(self) -> LinkSnapshot:
         """Point-in-time copy of the counters."""
         return LinkSnapshot(
-            self.src, self.dst, self.operations, self.blocks, self.bytes,
-            self.failures, self.drops, self.seconds,
+            self.src,
+            self.dst,
+            self.operations,
+            self.blocks,
+            self.bytes,
+            self.failures,
+            self.drops,
+            self.seconds,
         )
 
 
@@ -199,9 +232,13 @@ class Recorder:
         clock_ns: the thrash tracker's clock; simulations pass their virtual clock.
     """
 
-    def __init__(self, engine: str = "unknown", model: str = "unknown",
-                 thrash_window_s: float = 10.0,
-                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        engine: str = "unknown",
+        model: str = "unknown",
+        thrash_window_s: float = 10.0,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         self.engine = engine
         self.model = model
         self._tiers: dict[str, TierRecorder] = {}
@@ -216,18 +253,23 @@ class Recorder:
         self._errors: dict[str, int] = {}
         self._error_logged_at: dict[str, float] = {}
 
-    def add_tier(self, name: str, capacity_blocks: int, block_tokens: int,
-                 block_bytes: int) -> TierRecorder:
+    def add_tier(
+        self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int
+    ) -> TierRecorder:
         """Register a tier (or return the existing one after updating its capacity)."""
         validate_tier_name(name)
-        for field, value in (("capacity_blocks", capacity_blocks),
-                             ("block_tokens", block_tokens), ("block_bytes", block_bytes)):
+        for field, value in (
+            ("capacity_blocks", capacity_blocks),
+            ("block_tokens", block_tokens),
+            ("block_bytes", block_bytes),
+        ):
             _check_count(field, value, name)
         with self._setup_lock:
             tier = self._tiers.get(name)
             if tier is None:
-                tier = self._tiers[name] = TierRecorder(name, capacity_blocks, block_tokens,
-                                                        block_bytes)
+                tier = self._tiers[name] = TierRecorder(
+                    name, capacity_blocks, block_tokens, block_bytes
+                )
             else:
                 tier.capacity_blocks = capacity_blocks
                 tier.block_tokens, tier.block_bytes = block_tokens, block_bytes
@@ -293,16 +335,23 @@ class Recorder:
             if should_log:
                 self._error_logged_at[component] = now
         if should_log:
-            try:
-                _log.warning("instrumentation_error", component=component,
-                             error=repr(exc), count=self._errors[component])
-            except Exception:  # a broken log sink must not reach the engine either
-                pass
+            with contextlib.suppress(Exception):  # a broken log sink must not reach the engine
+                _log.warning(
+                    "instrumentation_error",
+                    component=component,
+                    error=repr(exc),
+                    count=self._errors[component],
+                )
 
     def snapshot(self) -> RecorderSnapshot:
         """Point-in-time copy of everything, for sinks and tests."""
-        lookups = LookupSnapshot(self.lookups, self.lookup_tokens, self.gpu_hit_tokens,
-                                 self.host_hit_tokens, self.disk_hit_tokens)
+        lookups = LookupSnapshot(
+            self.lookups,
+            self.lookup_tokens,
+            self.gpu_hit_tokens,
+            self.host_hit_tokens,
+            self.disk_hit_tokens,
+        )
         links = self.links
         return RecorderSnapshot(
             self.engine,

@@ -33,8 +33,12 @@ from kvobs.snapshot import ThrashSnapshot
 class ThrashTracker:
     """Bounded offload/onload history keyed by block key (hash, chunk key...)."""
 
-    def __init__(self, window_s: float = 10.0, max_blocks: int = 1 << 18,
-                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        window_s: float = 10.0,
+        max_blocks: int = 1 << 18,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         if not window_s > 0:
             raise ConfigError(f"thrash window must be > 0 seconds, got {window_s!r}")
         if max_blocks <= 0:

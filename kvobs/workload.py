@@ -32,7 +32,7 @@ Segment = tuple[str, int, int]  # (kind, id, tokens): "sys" prompt id, or "turn"
 class WorkloadConfig:
     """Knobs of the chat workload; defaults resemble a busy chat assistant."""
 
-    rate: float = 3.0                 # new conversations per second
+    rate: float = 3.0  # new conversations per second
     system_prompts: int = 24
     zipf_s: float = 1.2
     system_tokens: tuple[int, int] = (256, 2048)
@@ -44,7 +44,9 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         if not self.rate > 0:
-            raise ConfigError(f"rate must be > 0 conversations per second, got {self.rate!r}: pass --rate R")
+            raise ConfigError(
+                f"rate must be > 0 conversations per second, got {self.rate!r}: pass --rate R"
+            )
         if not 0 <= self.continue_p < 1:
             raise ConfigError(f"continue_p must be in [0, 1), got {self.continue_p!r}")
         if self.system_prompts <= 0 or self.max_turns <= 0:
@@ -83,8 +85,10 @@ class ChatWorkload:
         self.config = config or WorkloadConfig()
         self._rng = random.Random(seed)
         cfg = self.config
-        self._system_sizes = [self._rng.randint(*cfg.system_tokens) for _ in range(cfg.system_prompts)]
-        weights = [1.0 / (rank ** cfg.zipf_s) for rank in range(1, cfg.system_prompts + 1)]
+        self._system_sizes = [
+            self._rng.randint(*cfg.system_tokens) for _ in range(cfg.system_prompts)
+        ]
+        weights = [1.0 / (rank**cfg.zipf_s) for rank in range(1, cfg.system_prompts + 1)]
         self._cumulative = list(itertools.accumulate(weights))
         self._segment_ids = itertools.count()
         self._conversation_ids = itertools.count()
@@ -123,8 +127,12 @@ class ChatWorkload:
         return len(self._conversations)
 
     def _start_conversation(self, at: float) -> Request:
-        prompt = self._rng.choices(range(self.config.system_prompts), cum_weights=self._cumulative)[0]
-        conv = _Conversation(next(self._conversation_ids), [("sys", prompt, self._system_sizes[prompt])])
+        prompt = self._rng.choices(range(self.config.system_prompts), cum_weights=self._cumulative)[
+            0
+        ]
+        conv = _Conversation(
+            next(self._conversation_ids), [("sys", prompt, self._system_sizes[prompt])]
+        )
         self._conversations[conv.id] = conv
         return self._next_turn(conv, at)
 
@@ -134,5 +142,12 @@ class ChatWorkload:
         user = ("turn", next(self._segment_ids), self._rng.randint(*cfg.user_tokens))
         conv.history.append(user)
         output = self._rng.randint(*cfg.output_tokens)
-        return Request(conv.id, conv.turn, at, tuple(conv.history), user[2], output,
-                       ("turn", next(self._segment_ids), output))
+        return Request(
+            conv.id,
+            conv.turn,
+            at,
+            tuple(conv.history),
+            user[2],
+            output,
+            ("turn", next(self._segment_ids), output),
+        )

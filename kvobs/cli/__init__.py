@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 
 from kvobs import __version__
-from kvobs.cli import capacity_cmd, demo_cmd
+from kvobs.cli import capacity_cmd, dashboards_cmd, demo_cmd, report_cmd
 from kvobs.errors import KvobsError
 
-SUBCOMMANDS = [demo_cmd, capacity_cmd]
+SUBCOMMANDS = [demo_cmd, capacity_cmd, dashboards_cmd, report_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,14 +25,34 @@ def register(subparsers: Any) -> None:
         "run at once; the host and disk tiers bound how much reusable context is kept.",
     )
     add_model_options(parser, default_preset=None)
-    add_option(parser, "--gpu-kv-gib", type=positive_float, required=False,
-               help="GiB of GPU memory given to the KV cache")
-    add_option(parser, "--host-pool-gib", type=non_negative_float, default=0.0,
-               help="GiB of host DRAM given to the KV host pool")
-    add_option(parser, "--disk-gib", type=non_negative_float, default=0.0,
-               help="GiB of disk given to the KV disk tier")
-    add_option(parser, "--request-tokens", type=positive_int, default=8192,
-               help="request length (prompt + output) used to interpret capacity")
+    add_option(
+        parser,
+        "--gpu-kv-gib",
+        type=positive_float,
+        required=False,
+        help="GiB of GPU memory given to the KV cache",
+    )
+    add_option(
+        parser,
+        "--host-pool-gib",
+        type=non_negative_float,
+        default=0.0,
+        help="GiB of host DRAM given to the KV host pool",
+    )
+    add_option(
+        parser,
+        "--disk-gib",
+        type=non_negative_float,
+        default=0.0,
+        help="GiB of disk given to the KV disk tier",
+    )
+    add_option(
+        parser,
+        "--request-tokens",
+        type=positive_int,
+        default=8192,
+        help="request length (prompt + output) used to interpret capacity",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=run)
 
@@ -49,9 +69,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.as_event(), indent=2))
     else:
-        print(f"model {layout.name}: {layout.bytes_per_token:,} bytes/token, "
-              f"{layout.block_tokens} tokens/block = {layout.bytes_per_block:,} bytes/block"
-              f"{' (MLA)' if layout.is_mla else ''}")
+        print(
+            f"model {layout.name}: {layout.bytes_per_token:,} bytes/token, "
+            f"{layout.block_tokens} tokens/block = {layout.bytes_per_block:,} bytes/block"
+            f"{' (MLA)' if layout.is_mla else ''}"
+        )
         for line in plan.describe():
             print(line)
     return 0

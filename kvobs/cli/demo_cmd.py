@@ -39,32 +39,83 @@ def register(subparsers: Any) -> None:
         "chat workload (shared system prompts, returning conversations), with every "
         "kvobs sink on: /metrics, optional OTLP push, structlog capacity and summary events.",
     )
-    add_option(parser, "--duration", type=non_negative_float, default=0.0,
-               help="seconds to run; 0 runs until interrupted")
-    add_option(parser, "--metrics-addr", default="127.0.0.1:9464",
-               help="HOST:PORT serving /metrics (0.0.0.0:9464 inside a pod)")
-    add_option(parser, "--otlp-endpoint", default=None,
-               help="OTLP/HTTP base URL to push to (also OTEL_EXPORTER_OTLP_ENDPOINT)")
-    add_option(parser, "--otlp-interval", type=positive_float, default=10.0,
-               help="seconds between OTLP pushes")
+    add_option(
+        parser,
+        "--duration",
+        type=non_negative_float,
+        default=0.0,
+        help="seconds to run; 0 runs until interrupted",
+    )
+    add_option(
+        parser,
+        "--metrics-addr",
+        default="127.0.0.1:9464",
+        help="HOST:PORT serving /metrics (0.0.0.0:9464 inside a pod)",
+    )
+    add_option(
+        parser,
+        "--otlp-endpoint",
+        default=None,
+        help="OTLP/HTTP base URL to push to (also OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    add_option(
+        parser,
+        "--otlp-interval",
+        type=positive_float,
+        default=10.0,
+        help="seconds between OTLP pushes",
+    )
     add_model_options(parser, default_preset="qwen2.5-0.5b")
-    add_option(parser, "--gpu-blocks", type=positive_int, default=2048, help="blocks in the GPU tier")
-    add_option(parser, "--host-blocks", type=non_negative_int, default=8192,
-               help="blocks in the host tier (0: no host pool)")
-    add_option(parser, "--rate", type=positive_float, default=1.0,
-               help="new conversations per second")
-    add_option(parser, "--warmup", type=non_negative_float, default=60.0,
-               help="virtual seconds simulated at full speed before serving, so the "
-               "tiers start in steady state (full GPU tier, host hits, offloads)")
+    add_option(
+        parser, "--gpu-blocks", type=positive_int, default=2048, help="blocks in the GPU tier"
+    )
+    add_option(
+        parser,
+        "--host-blocks",
+        type=non_negative_int,
+        default=8192,
+        help="blocks in the host tier (0: no host pool)",
+    )
+    add_option(
+        parser, "--rate", type=positive_float, default=1.0, help="new conversations per second"
+    )
+    add_option(
+        parser,
+        "--warmup",
+        type=non_negative_float,
+        default=60.0,
+        help="virtual seconds simulated at full speed before serving, so the "
+        "tiers start in steady state (full GPU tier, host hits, offloads)",
+    )
     add_option(parser, "--seed", type=int, default=0, help="workload seed (runs are reproducible)")
-    add_option(parser, "--request-tokens", type=positive_int, default=8192,
-               help="request length the capacity log interprets capacity for")
-    add_option(parser, "--thrash-window", type=positive_float, default=10.0,
-               help="an onload this many seconds after its offload counts as thrash")
-    add_option(parser, "--summary-interval", type=non_negative_float, default=5.0,
-               help="seconds between kv_cache_summary log events; 0 disables them")
-    add_option(parser, "--log-format", default="auto", choices=("auto", "json", "console"),
-               help="log format: json when stderr is not a terminal under auto")
+    add_option(
+        parser,
+        "--request-tokens",
+        type=positive_int,
+        default=8192,
+        help="request length the capacity log interprets capacity for",
+    )
+    add_option(
+        parser,
+        "--thrash-window",
+        type=positive_float,
+        default=10.0,
+        help="an onload this many seconds after its offload counts as thrash",
+    )
+    add_option(
+        parser,
+        "--summary-interval",
+        type=non_negative_float,
+        default=5.0,
+        help="seconds between kv_cache_summary log events; 0 disables them",
+    )
+    add_option(
+        parser,
+        "--log-format",
+        default="auto",
+        choices=("auto", "json", "console"),
+        help="log format: json when stderr is not a terminal under auto",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -73,22 +124,33 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_format)
     logger = structlog.get_logger("kvobs")
     layout = layout_from_args(args)
-    recorder = Recorder(engine="kvobs-demo", model=layout.name,
-                        thrash_window_s=args.thrash_window)
-    plan = CapacityPlan.from_blocks(layout, {"gpu": args.gpu_blocks, "host": args.host_blocks},
-                                    request_tokens=args.request_tokens)
+    recorder = Recorder(engine="kvobs-demo", model=layout.name, thrash_window_s=args.thrash_window)
+    plan = CapacityPlan.from_blocks(
+        layout,
+        {"gpu": args.gpu_blocks, "host": args.host_blocks},
+        request_tokens=args.request_tokens,
+    )
     pool = TieredKVPool(layout, args.gpu_blocks, args.host_blocks, recorder)
     loop = ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=args.rate), seed=args.seed))
     log_capacity(plan, logger)
     loop.run(args.warmup, pace=False)
     telemetry = Telemetry.start(
-        recorder, logger, metrics_addr=args.metrics_addr, otlp_endpoint=args.otlp_endpoint,
-        otlp_interval_s=args.otlp_interval, summary_interval_s=args.summary_interval,
+        recorder,
+        logger,
+        metrics_addr=args.metrics_addr,
+        otlp_endpoint=args.otlp_endpoint,
+        otlp_interval_s=args.otlp_interval,
+        summary_interval_s=args.summary_interval,
     )
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    logger.info("demo_started", device=str(pool.gpu.device), duration_s=args.duration or None,
-                rate=args.rate, seed=args.seed)
+    logger.info(
+        "demo_started",
+        device=str(pool.gpu.device),
+        duration_s=args.duration or None,
+        rate=args.rate,
+        seed=args.seed,
+    )
     try:
         loop.run(args.duration or None, pace=True, should_stop=stop.is_set)
     except KeyboardInterrupt:

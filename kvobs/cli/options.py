@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kvobs.errors import ConfigError
+
+_T = TypeVar("_T")
 
 
 def env_name(flag: str) -> str:
@@ -59,16 +61,22 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def _parse(kind: Callable[[str], Any], text: str, what: str) -> Any:
+def _parse(kind: Callable[[str], _T], text: str, what: str) -> _T:
     try:
         return kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
-def add_option(parser: argparse.ArgumentParser | Any, flag: str, *,
-               type: Callable[[str], Any] = str, default: Any = None,
-               help: str, **kwargs: Any) -> None:
+def add_option(
+    parser: argparse.ArgumentParser | Any,
+    flag: str,
+    *,
+    type: Callable[[str], Any] = str,
+    default: Any = None,
+    help: str,
+    **kwargs: Any,
+) -> None:
     """Add ``flag`` whose default comes from its ``KVOBS_*`` twin when that is set."""
     env = env_name(flag)
     raw = os.environ.get(env)
@@ -79,7 +87,10 @@ def add_option(parser: argparse.ArgumentParser | Any, flag: str, *,
             raise ConfigError(f"environment variable {env}={raw!r} is invalid: {exc}") from None
         choices = kwargs.get("choices")
         if choices is not None and default not in choices:
-            raise ConfigError(f"environment variable {env}={raw!r} is invalid: use one of {', '.join(choices)}")
+            raise ConfigError(
+                f"environment variable {env}={raw!r} is invalid: use one of {', '.join(choices)}"
+            )
     shown = "none" if default is None else default
-    parser.add_argument(flag, type=type, default=default,
-                        help=f"{help} [env {env}; default {shown}]", **kwargs)
+    parser.add_argument(
+        flag, type=type, default=default, help=f"{help} [env {env}; default {shown}]", **kwargs
+    )

@@ -62,8 +62,9 @@ class ServingStats:
 class ServingLoop:
     """Drives a :class:`TieredKVPool` with a :class:`ChatWorkload`."""
 
-    def __init__(self, pool: TieredKVPool, workload: ChatWorkload,
-                 config: ServingConfig | None = None) -> None:
+    def __init__(
+        self, pool: TieredKVPool, workload: ChatWorkload, config: ServingConfig | None = None
+    ) -> None:
         self.pool = pool
         self.workload = workload
         self.config = config or ServingConfig()
@@ -80,9 +81,9 @@ class ServingLoop:
         """Advance the virtual clock by one tick: finish, arrive, admit."""
         self.now_s += self.config.tick_s
         while self._running and self._running[0][0] <= self.now_s:
-            _, _, request, allocation = heapq.heappop(self._running)
-            self.pool.release(allocation, request.segments + (request.output_segment,))
-            self.workload.completed(request, self.now_s)
+            _, _, done, held = heapq.heappop(self._running)
+            self.pool.release(held, (*done.segments, done.output_segment))
+            self.workload.completed(done, self.now_s)
             self.stats.completed += 1
         for request in self.workload.arrivals_until(self.now_s):
             self.stats.arrived += 1
@@ -105,15 +106,24 @@ class ServingLoop:
 
     def _service_time(self, request: Request, allocation: Allocation) -> float:
         cfg = self.config
-        hit_tokens = (allocation.gpu_hit_blocks + allocation.host_hit_blocks) * self.pool.block_tokens
+        hit_tokens = (
+            allocation.gpu_hit_blocks + allocation.host_hit_blocks
+        ) * self.pool.block_tokens
         host_tokens = allocation.host_hit_blocks * self.pool.block_tokens
         prefill = max(request.prompt_tokens - hit_tokens, 1) / cfg.prefill_tokens_per_s
-        return prefill + host_tokens / cfg.onload_tokens_per_s + \
-            request.output_tokens * cfg.decode_s_per_token
+        return (
+            prefill
+            + host_tokens / cfg.onload_tokens_per_s
+            + request.output_tokens * cfg.decode_s_per_token
+        )
 
-    def run(self, duration_s: float | None, pace: bool = True,
-            on_tick: Callable[[], None] | None = None,
-            should_stop: Callable[[], bool] | None = None) -> None:
+    def run(
+        self,
+        duration_s: float | None,
+        pace: bool = True,
+        on_tick: Callable[[], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
         """Run ``duration_s`` more virtual seconds (None: until ``should_stop``).
 
         With ``pace`` the virtual clock follows the wall clock (the demo); without it

@@ -19,7 +19,8 @@ Example:
     >>> from kvobs.presets import preset_layout
     >>> from kvobs.recorder import Recorder
     >>> rec = Recorder()
-    >>> pool = TieredKVPool(preset_layout("qwen2.5-0.5b"), gpu_blocks=8, host_blocks=16, recorder=rec)
+    >>> layout = preset_layout("qwen2.5-0.5b")
+    >>> pool = TieredKVPool(layout, gpu_blocks=8, host_blocks=16, recorder=rec)
     >>> alloc = pool.admit([("sys", 0, 64)], output_tokens=16)
     >>> pool.release(alloc, [("sys", 0, 64), ("turn", 1, 16)])
     >>> again = pool.admit([("sys", 0, 64)], output_tokens=16)
@@ -57,7 +58,9 @@ class Allocation:
 class _Mover:
     """A synchronous batched copy in one direction, reported to a recorder link."""
 
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor, recorder: Recorder, link: tuple[str, str]):
+    def __init__(
+        self, src: torch.Tensor, dst: torch.Tensor, recorder: Recorder, link: tuple[str, str]
+    ):
         self._link = recorder.link(*link)
         self._src, self._dst = src, dst
         on_cpu = src.device.type == "cpu" and dst.device.type == "cpu"
@@ -83,8 +86,14 @@ class TieredKVPool:
         device: where the GPU tier lives; default CUDA when available, else CPU.
     """
 
-    def __init__(self, layout: KVLayout, gpu_blocks: int, host_blocks: int, recorder: Recorder,
-                 device: str | torch.device | None = None) -> None:
+    def __init__(
+        self,
+        layout: KVLayout,
+        gpu_blocks: int,
+        host_blocks: int,
+        recorder: Recorder,
+        device: str | torch.device | None = None,
+    ) -> None:
         if gpu_blocks <= 0:
             raise ConfigError(f"gpu_blocks must be > 0, got {gpu_blocks}: pass --gpu-blocks N")
         if host_blocks < 0:
@@ -96,10 +105,11 @@ class TieredKVPool:
         dtype = torch.uint8 if dtype_bytes(layout.dtype) == 1 else torch.bfloat16
         elems = layout.bytes_per_block // dtype.itemsize
         self.gpu = torch.empty((gpu_blocks, elems), dtype=dtype, device=device)
-        self.host = torch.empty((host_blocks, elems), dtype=dtype,
-                                pin_memory=device.type == "cuda")
+        self.host = torch.empty((host_blocks, elems), dtype=dtype, pin_memory=device.type == "cuda")
         self._gpu = recorder.add_tier(GPU, gpu_blocks, layout.block_tokens, layout.bytes_per_block)
-        self._host = recorder.add_tier(HOST, host_blocks, layout.block_tokens, layout.bytes_per_block)
+        self._host = recorder.add_tier(
+            HOST, host_blocks, layout.block_tokens, layout.bytes_per_block
+        )
         self._offload_link = recorder.link(GPU, HOST)
         self._offload = _Mover(self.gpu, self.host, recorder, (GPU, HOST))
         self._onload = _Mover(self.host, self.gpu, recorder, (HOST, GPU))
@@ -121,7 +131,10 @@ class TieredKVPool:
         while gpu_hits < len(hashes) and hashes[gpu_hits] in self._gpu_by_hash:
             gpu_hits += 1
         host_hits = 0
-        while gpu_hits + host_hits < len(hashes) and hashes[gpu_hits + host_hits] in self._host_by_hash:
+        while (
+            gpu_hits + host_hits < len(hashes)
+            and hashes[gpu_hits + host_hits] in self._host_by_hash
+        ):
             host_hits += 1
         hit_blocks = [self._gpu_by_hash[h] for h in hashes[:gpu_hits]]
         needed = total_blocks - gpu_hits
@@ -135,7 +148,7 @@ class TieredKVPool:
             self._gpu_ref[block] += 1
         self._gpu.reused(idle_hits)
 
-        onload_hashes = hashes[gpu_hits:gpu_hits + host_hits]
+        onload_hashes = hashes[gpu_hits : gpu_hits + host_hits]
         onload_src = [self._host_by_hash[h] for h in onload_hashes]
         new_blocks = self._take_gpu_blocks(needed, pinned_host=set(onload_src))
         for block in new_blocks:
@@ -145,12 +158,16 @@ class TieredKVPool:
         if onload_src:
             for h in onload_hashes:
                 self._host_by_hash.move_to_end(h)
-            self._onload.copy(list(zip(onload_src, new_blocks)))
+            self._onload.copy(list(zip(onload_src, new_blocks[:host_hits], strict=True)))
             self.recorder.thrash.onloaded(onload_hashes)
-        for h, block in zip(hashes[gpu_hits:], new_blocks):
+        # Output blocks come last and get no hash until release.
+        for h, block in zip(hashes[gpu_hits:], new_blocks, strict=False):
             self._register(h, block)
-        self.recorder.lookup(prompt_tokens, gpu_hit=gpu_hits * self.block_tokens,
-                             host_hit=host_hits * self.block_tokens)
+        self.recorder.lookup(
+            prompt_tokens,
+            gpu_hit=gpu_hits * self.block_tokens,
+            host_hit=host_hits * self.block_tokens,
+        )
         return Allocation(hit_blocks + new_blocks, prompt_tokens, gpu_hits, host_hits)
 
     def release(self, allocation: Allocation, segments: Sequence[Segment]) -> None:

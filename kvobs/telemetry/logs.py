@@ -27,12 +27,15 @@ from kvobs.errors import ConfigError
 from kvobs.tiers import GPU
 
 LogFormat = Literal["auto", "json", "console"]
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
-def configure_logging(fmt: str = "auto", level: str = "info",
-                      stream: TextIO | None = None) -> None:
+def configure_logging(fmt: str = "auto", level: str = "info", stream: TextIO | None = None) -> None:
     """Configure structlog process-wide (call once, from the CLI or the engine plugin)."""
     if fmt not in ("auto", "json", "console"):
         raise ConfigError(f"--log-format {fmt!r} is invalid: use auto, json or console")
@@ -40,7 +43,9 @@ def configure_logging(fmt: str = "auto", level: str = "info",
         raise ConfigError(f"--log-level {level!r} is invalid: use {', '.join(_LEVELS)}")
     out = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and out.isatty())
-    renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -60,7 +65,9 @@ def capacity_line(plan: CapacityPlan) -> str:
         f"{t.tier} {t.blocks:,} blocks = {t.tokens:,} tokens = {t.bytes / GIB:,.2f} GiB"
         for t in plan.tiers
     )
-    parts = [f"KV cache capacity ({plan.layout.name}, {plan.layout.bytes_per_token:,} B/token): {tiers}"]
+    parts = [
+        f"KV cache capacity ({plan.layout.name}, {plan.layout.bytes_per_token:,} B/token): {tiers}"
+    ]
     if any(t.tier == GPU for t in plan.tiers):
         parts.append(
             f"max concurrency {plan.max_concurrency:.2f}x for {plan.request_tokens:,}-token "
@@ -68,7 +75,8 @@ def capacity_line(plan: CapacityPlan) -> str:
         )
     parts += [
         f"{t.tier} pool keeps prefixes of {plan.requests_held(t.tier):,.1f} such requests"
-        for t in plan.tiers if t.tier != GPU
+        for t in plan.tiers
+        if t.tier != GPU
     ]
     return "; ".join(parts)
 

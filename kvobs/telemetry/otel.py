@@ -81,10 +81,17 @@ class OtelBridge:
         for spec in METRICS:
             if spec.kind == "histogram":
                 continue
-            create = (meter.create_observable_counter if spec.kind == "counter"
-                      else meter.create_observable_gauge)
-            create(spec.otel_name, callbacks=[self._callback(spec)], unit=spec.unit,
-                   description=spec.help)
+            create = (
+                meter.create_observable_counter
+                if spec.kind == "counter"
+                else meter.create_observable_gauge
+            )
+            create(
+                spec.otel_name,
+                callbacks=[self._callback(spec)],
+                unit=spec.unit,
+                description=spec.help,
+            )
 
     def _callback(self, spec: MetricSpec):  # type: ignore[no-untyped-def]
         def observe(options: CallbackOptions) -> Iterable[Observation]:

@@ -34,8 +34,9 @@ class _CountingExporter(MetricExporter):
         self._inner = inner
         self._recorder = recorder
 
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
-               **kwargs: Any) -> MetricExportResult:
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
         try:
             result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:
@@ -64,8 +65,9 @@ def metrics_url(endpoint: str) -> str:
     return base if base.endswith("/v1/metrics") else base + "/v1/metrics"
 
 
-def otlp_reader(endpoint: str, recorder: Recorder, interval_s: float = 10.0,
-                timeout_s: float = 5.0) -> PeriodicExportingMetricReader:
+def otlp_reader(
+    endpoint: str, recorder: Recorder, interval_s: float = 10.0, timeout_s: float = 5.0
+) -> PeriodicExportingMetricReader:
     """A reader that pushes every ``interval_s`` to ``endpoint`` over OTLP/HTTP."""
     if not interval_s > 0:
         raise ConfigError(f"OTLP export interval must be > 0 seconds, got {interval_s!r}")

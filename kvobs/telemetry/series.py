@@ -39,7 +39,7 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
         add("kvobs_tier_capacity_blocks", tier, t.capacity_blocks)
         add("kvobs_tier_capacity_tokens", tier, t.capacity_blocks * t.block_tokens)
         add("kvobs_tier_capacity_bytes", tier, t.capacity_blocks * t.block_bytes)
-        for state, blocks in zip(RESIDENT_STATES, (t.in_use_blocks, t.cached_blocks)):
+        for state, blocks in zip(RESIDENT_STATES, (t.in_use_blocks, t.cached_blocks), strict=True):
             add("kvobs_tier_resident_blocks", {**tier, "state": state}, blocks)
             add("kvobs_tier_resident_bytes", {**tier, "state": state}, blocks * t.block_bytes)
         add("kvobs_block_allocations_total", tier, t.allocations)

@@ -22,7 +22,9 @@ from kvobs.recorder import Recorder
 from kvobs.snapshot import RecorderSnapshot
 
 
-def summary_fields(prev: RecorderSnapshot, cur: RecorderSnapshot, elapsed_s: float) -> dict[str, Any]:
+def summary_fields(
+    prev: RecorderSnapshot, cur: RecorderSnapshot, elapsed_s: float
+) -> dict[str, Any]:
     """Fields of one summary event covering the interval from ``prev`` to ``cur``."""
     elapsed = max(elapsed_s, 1e-9)
     tokens = cur.lookups.tokens - prev.lookups.tokens
@@ -35,8 +37,11 @@ def summary_fields(prev: RecorderSnapshot, cur: RecorderSnapshot, elapsed_s: flo
     for link in cur.links:
         try:
             old = prev.link(link.src, link.dst)
-            ops, nbytes, blocks = link.operations - old.operations, link.bytes - old.bytes, \
-                link.blocks - old.blocks
+            ops, nbytes, blocks = (
+                link.operations - old.operations,
+                link.bytes - old.bytes,
+                link.blocks - old.blocks,
+            )
         except KeyError:
             ops, nbytes, blocks = link.operations, link.bytes, link.blocks
         transfers[f"{link.src}->{link.dst}"] = {
