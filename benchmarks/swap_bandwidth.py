@@ -1,0 +1,185 @@
+"""Swap bandwidth: kvobs block moves against a per-block ``copy_`` loop and plain memcpy.
+
+For each block size (64 KiB: Llama-3-8B, 16 tokens per block, one layer; and 4 KiB), each
+batch size N and each pattern (random block ids, or one contiguous run), it times three
+ways of moving the same bytes, interleaved round by round so that they share the noise
+of the machine:
+
+- ``kvobs``: ``BlockMover.copy`` (CPU) / ``StreamMover.submit`` (``--device cuda``),
+  mapping validation and run planning included;
+- ``copy_loop``: one ``dst[d].copy_(src[s])`` per block;
+- ``memcpy``: one single-thread memcpy of the same number of bytes, contiguous (CPU), or
+  one pinned ``cudaMemcpyAsync`` of them (``--device cuda``, each direction).
+
+Usage:
+    python benchmarks/swap_bandwidth.py            # table
+    python benchmarks/swap_bandwidth.py --json     # the same rows as one JSON list
+    python benchmarks/swap_bandwidth.py --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from kvobs.kernels import NATIVE_AVAILABLE, BlockMover
+from kvobs.kernels._ext import native
+
+# (label, per-block shape, dtype): 2 (K, V) x 16 tokens x 8 KV heads x 128 dims x fp16.
+BLOCK_SHAPES = {
+    65536: (2, 16, 8, 128),
+    4096: (2, 16, 1, 64),
+}
+BATCH_SIZES = (1, 64, 256, 1024)
+PATTERNS = ("random", "contiguous")
+POOL_BLOCKS = 4096
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement; ``--json`` prints these fields (plus ``direction`` on CUDA)."""
+
+    method: str
+    pattern: str
+    n_blocks: int
+    block_bytes: int
+    gbps: float
+    ratio_to_memcpy: float
+
+
+def block_ids(pattern: str, n: int, pool_blocks: int, rng: random.Random) -> list[int]:
+    """``n`` distinct block ids: a random sample, or one run at a random start."""
+    if pattern == "random":
+        return rng.sample(range(pool_blocks), n)
+    start = rng.randrange(pool_blocks - n + 1)
+    return list(range(start, start + n))
+
+
+def median_seconds(fns: dict[str, Callable[[], object]], rounds: int, budget_s: float) -> dict[
+    str, float
+]:
+    """Per-call median over ``rounds``; each round runs every method for about ``budget_s``."""
+    reps = {}
+    for name, fn in fns.items():
+        fn()
+        start = time.perf_counter()
+        fn()
+        reps[name] = max(1, min(2000, int(budget_s / max(time.perf_counter() - start, 1e-7))))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter_ns()
+            for _ in range(reps[name]):
+                fn()
+            samples[name].append((time.perf_counter_ns() - start) * 1e-9 / reps[name])
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def cpu_methods(
+    block_bytes: int, pattern: str, n: int, rng: random.Random
+) -> dict[str, Callable[[], object]]:
+    """The three CPU contenders for one (block size, pattern, N) point."""
+    shape = BLOCK_SHAPES[block_bytes]
+    src = torch.ones(POOL_BLOCKS, *shape, dtype=torch.float16)
+    dst = torch.zeros(POOL_BLOCKS, *shape, dtype=torch.float16)
+    pairs = list(
+        zip(
+            block_ids(pattern, n, POOL_BLOCKS, rng),
+            block_ids(pattern, n, POOL_BLOCKS, rng),
+            strict=True,
+        )
+    )
+    mapping = torch.tensor(pairs, dtype=torch.int64)
+    mover = BlockMover(src, dst)
+    nbytes = n * block_bytes
+    src_addr, dst_addr = src.data_ptr(), dst.data_ptr()
+
+    def copy_loop() -> None:
+        for s, d in pairs:
+            dst[d].copy_(src[s])
+
+    def memcpy() -> None:
+        assert native is not None
+        native.memcpy(dst_addr, src_addr, nbytes)
+
+    return {"kvobs": lambda: mover.copy(mapping), "copy_loop": copy_loop, "memcpy": memcpy}
+
+
+def run_cpu(rounds: int, budget_s: float, seed: int) -> list[Row]:
+    """Measure every CPU point; memcpy bandwidth is the denominator of each ratio."""
+    if native is None:
+        sys.exit("the C extension is not built: reinstall with `pip install -e .` and a C compiler")
+    rng = random.Random(seed)
+    rows = []
+    for block_bytes in BLOCK_SHAPES:
+        for pattern in PATTERNS:
+            for n in BATCH_SIZES:
+                seconds = median_seconds(
+                    cpu_methods(block_bytes, pattern, n, rng), rounds, budget_s
+                )
+                rows += to_rows(seconds, pattern, n, block_bytes)
+    return rows
+
+
+def to_rows(seconds: dict[str, float], pattern: str, n: int, block_bytes: int) -> list[Row]:
+    """GB/s per method and its ratio to the memcpy of the same bytes."""
+    gbps = {name: n * block_bytes / s / 1e9 for name, s in seconds.items()}
+    return [
+        Row(name, pattern, n, block_bytes, round(g, 3), round(g / gbps["memcpy"], 3))
+        for name, g in gbps.items()
+    ]
+
+
+def print_table(rows: list[Row], extra: str = "") -> None:
+    """A fixed-width table with one line per point and the three methods side by side."""
+    print(f"kvobs swap bandwidth {extra}(native extension: {NATIVE_AVAILABLE}, threads: 1)")
+    print(
+        f"{'block':>6} {'pattern':>10} {'N':>5} | {'kvobs GB/s':>10} {'copy_ loop':>10} "
+        f"{'memcpy':>8} | {'kvobs/memcpy':>12} {'loop/memcpy':>11} | {'kvobs us':>9}"
+    )
+    points: dict[tuple[str, int, int, str], dict[str, Row]] = {}
+    for row in rows:
+        key = (getattr(row, "direction", ""), row.block_bytes, row.n_blocks, row.pattern)
+        points.setdefault(key, {})[row.method] = row
+    for (direction, block_bytes, n, pattern), by in points.items():
+        k, loop, mem = by["kvobs"], by["copy_loop"], by["memcpy"]
+        micros = n * block_bytes / (k.gbps * 1e9) * 1e6
+        print(
+            f"{block_bytes // 1024:>4}Ki {pattern:>10} {n:>5} | {k.gbps:>10.2f} {loop.gbps:>10.2f} "
+            f"{mem.gbps:>8.2f} | {k.ratio_to_memcpy:>12.2f} {loop.ratio_to_memcpy:>11.2f} | "
+            f"{micros:>9.1f}" + (f"  {direction}" if direction else "")
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments, run the CPU or CUDA benchmark, print a table or JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print rows as one JSON list")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per point (median)")
+    parser.add_argument("--budget-ms", type=float, default=15.0, help="time per method per round")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.device == "cuda":
+        from swap_bandwidth_cuda import run_cuda
+
+        rows: list = run_cuda(args.rounds, args.seed)
+    else:
+        rows = run_cpu(args.rounds, args.budget_ms / 1e3, args.seed)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows]))
+    else:
+        print_table(rows, "" if args.device == "cpu" else "cuda ")
+
+
+if __name__ == "__main__":
+    main()
