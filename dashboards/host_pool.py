@@ -1,0 +1,124 @@
+"""The *Host pool health* dashboard: does the host DRAM tier pay for itself?
+
+The host pool costs PCIe bandwidth (offloads) and onload latency; it pays back when
+offloaded blocks come back as host hits instead of being recomputed. This dashboard puts
+both sides next to each other.
+
+Example:
+    >>> dashboard().uid
+    'kvobs-host-pool'
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard, Templating, Time
+
+from .panels import Query, Section, heatmap, layout, timeseries
+from .queries import quantile, rate, ratio, series, sum_by
+from .variables import templates
+
+UID = "kvobs-host-pool"
+TITLE = "kvobs / Host pool health"
+_HOST = 'tier="host"'
+_ONLOAD = ('src_tier="host"', 'dst_tier="gpu"')
+_OFFLOAD = ('src_tier="gpu"', 'dst_tier="host"')
+
+
+def _occupancy() -> Section:
+    return Section("Occupancy and evictions", [
+        timeseries("Host occupancy",
+                   "Share of the host tier's blocks holding KV data, cached (reusable by a "
+                   "later host hit) or in use (pinned by a running transfer). A host tier at "
+                   "100% evicts on every offload.",
+                   "percentunit",
+                   [Query(ratio(sum_by("state", series("kvobs_tier_resident_blocks", _HOST)),
+                                sum_by("", series("kvobs_tier_capacity_blocks", _HOST)),
+                                "ignoring (state) group_left ()"), "{{state}}")],
+                   ratio=True, stacked=True),
+        timeseries("Host evictions by reason",
+                   "Blocks per second dropped from the host tier, by reason. Capacity "
+                   "evictions at the offload rate mean the host tier turns over completely.",
+                   "short",
+                   [Query(sum_by("reason", rate("kvobs_block_evictions_total", _HOST)),
+                          "{{reason}}")],
+                   axis_label="blocks/s", stacked=True),
+    ])
+
+
+def _payoff() -> Section:
+    reused = sum_by("", rate("kvobs_offloaded_reused_blocks_total"))
+    wasted = sum_by("", rate("kvobs_offloaded_evicted_unused_blocks_total"))
+    return Section("Does offloading pay off", [
+        timeseries("Offloaded blocks: reused vs evicted unused",
+                   "Blocks per second: offloaded blocks onloaded at least once (reused) and "
+                   "offloaded blocks evicted before any reuse (wasted offload bandwidth).",
+                   "short",
+                   [Query(reused, "reused"), Query(wasted, "evicted unused")],
+                   axis_label="blocks/s"),
+        timeseries("Offload payoff ratio",
+                   "Reused / (reused + evicted unused): the share of offloads that came back "
+                   "as host hits. Near 0 the host tier costs PCIe bandwidth for nothing; "
+                   "raise its size or stop offloading short-lived prefixes.",
+                   "percentunit",
+                   [Query(ratio(reused, f"{reused} + {wasted}"), "payoff")],
+                   ratio=True),
+        timeseries("Re-onload (thrash) rate",
+                   "Blocks per second onloaded back to the GPU within the thrash window after "
+                   "their offload, and their share of all onloaded blocks. A high share means "
+                   "the GPU tier is too small for the working set: blocks bounce over PCIe.",
+                   "short",
+                   [Query(sum_by("", rate("kvobs_thrash_onloads_total")), "thrash onloads/s"),
+                    Query(ratio(sum_by("", rate("kvobs_thrash_onloads_total")),
+                                sum_by("", rate("kvobs_transfer_blocks_total", *_ONLOAD))),
+                          "share of onloads")],
+                   axis_label="blocks/s"),
+    ])
+
+
+def _onloads() -> Section:
+    host_hit_tokens = sum_by("", rate("kvobs_lookup_tokens_total", 'outcome="host_hit"'))
+    return Section("Onloads", [
+        timeseries("Onload latency p50 / p99",
+                   "Duration of one host → gpu transfer batch. Every host hit waits for its "
+                   "onload before prefill can skip those tokens; compare with the prefill time "
+                   "the hit saves.",
+                   "s",
+                   [Query(quantile(0.5, "kvobs_transfer_duration_seconds", "src_tier, dst_tier",
+                                   *_ONLOAD), "p50"),
+                    Query(quantile(0.99, "kvobs_transfer_duration_seconds", "src_tier, dst_tier",
+                                   *_ONLOAD), "p99")]),
+        heatmap("Onload latency heatmap",
+                "host → gpu transfer batches per second by duration bucket.",
+                "s",
+                Query(sum_by("le", rate("kvobs_transfer_duration_seconds_bucket", *_ONLOAD)),
+                      "{{le}}")),
+        timeseries("Onload bytes per host hit token",
+                   "Bytes onloaded per prompt token served from the host tier. It should sit "
+                   "near the model's KV bytes per token; far above it means blocks are onloaded "
+                   "that lookups never use.",
+                   "bytes",
+                   [Query(ratio(sum_by("", rate("kvobs_transfer_bytes_total", *_ONLOAD)),
+                                host_hit_tokens), "bytes per host-hit token")]),
+        timeseries("Offload and onload bandwidth",
+                   "Bytes per second offloaded (gpu → host) and onloaded (host → gpu).",
+                   "Bps",
+                   [Query(sum_by("", rate("kvobs_transfer_bytes_total", *_OFFLOAD)), "offload"),
+                    Query(sum_by("", rate("kvobs_transfer_bytes_total", *_ONLOAD)), "onload")]),
+    ])
+
+
+def dashboard() -> Dashboard:
+    """The *Host pool health* dashboard as a grafanalib object."""
+    return Dashboard(
+        title=TITLE,
+        uid=UID,
+        description="Host DRAM tier: occupancy, evictions, offload payoff, thrash and onload "
+                    "cost of kvobs-instrumented inference engines.",
+        tags=["kvobs", "kv-cache", "host-pool"],
+        timezone="browser",
+        refresh="30s",
+        graphTooltip=1,
+        time=Time("now-1h", "now"),
+        templating=Templating(list=templates()),
+        panels=layout([_occupancy(), _payoff(), _onloads()]),
+    )

@@ -1,0 +1,92 @@
+"""Prometheus recording rules: per-instance ratios and rates, and fleet sums per model.
+
+Names follow the ``level:metric:operation`` convention. Ratios divide only where the
+denominator is positive, so an idle instance has no sample rather than NaN. Alerts
+(:mod:`.alert_rules`) and the fleet sums read the ``instance:`` rules.
+
+Example:
+    >>> [rule["record"] for rule in groups()[0]["rules"]][:2]
+    ['instance:kvobs_lookup_tokens:rate1m', 'instance:kvobs_lookup_hit_ratio:rate1m']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Labels that identify one engine instance (namespace is absent outside Kubernetes).
+INSTANCE = "namespace, job, instance, engine, model"
+
+_ONLOAD = 'src_tier="host", dst_tier="gpu"'
+
+
+def _rule(record: str, expr: str) -> dict[str, Any]:
+    return {"record": record, "expr": expr}
+
+
+def instance_rules() -> list[dict[str, Any]]:
+    """Rules per engine instance."""
+    tokens = "instance:kvobs_lookup_tokens:rate1m"
+    reused = f"sum by ({INSTANCE}) (rate(kvobs_offloaded_reused_blocks_total[5m]))"
+    wasted = f"sum by ({INSTANCE}) (rate(kvobs_offloaded_evicted_unused_blocks_total[5m]))"
+    return [
+        _rule(tokens,
+              f"sum by ({INSTANCE}, outcome) (rate(kvobs_lookup_tokens_total[1m]))"),
+        # Share of looked-up tokens each tier served; the tier label comes from the outcome.
+        _rule("instance:kvobs_lookup_hit_ratio:rate1m",
+              f'sum without (outcome) (label_replace({tokens}{{outcome=~".+_hit"}}, '
+              f'"tier", "$1", "outcome", "(.+)_hit"))\n'
+              f"/ ignoring (tier) group_left ()\n"
+              f"(sum by ({INSTANCE}) ({tokens}) > 0)"),
+        _rule("instance:kvobs_lookup_miss_ratio:rate1m",
+              f'sum by ({INSTANCE}) ({tokens}{{outcome="miss"}})\n'
+              f"/ (sum by ({INSTANCE}) ({tokens}) > 0)"),
+        _rule("instance:kvobs_transfer_bandwidth_bytes:rate1m",
+              f"sum by ({INSTANCE}, src_tier, dst_tier) (rate(kvobs_transfer_bytes_total[1m]))"),
+        _rule("instance:kvobs_transfer_duration_seconds:p99_rate5m",
+              f"histogram_quantile(0.99, sum by ({INSTANCE}, src_tier, dst_tier, le) "
+              f"(rate(kvobs_transfer_duration_seconds_bucket[5m]))\n"
+              f"  and on ({INSTANCE}, src_tier, dst_tier)\n"
+              f"  (sum by ({INSTANCE}, src_tier, dst_tier) "
+              f"(rate(kvobs_transfer_duration_seconds_count[5m])) > 0))"),
+        # Share of onloaded blocks that bounced back within the thrash window.
+        _rule("instance:kvobs_thrash_ratio:rate5m",
+              f"sum by ({INSTANCE}) (rate(kvobs_thrash_onloads_total[5m]))\n"
+              f"/ (sum by ({INSTANCE}) (rate(kvobs_transfer_blocks_total{{{_ONLOAD}}}[5m])) > 0)"),
+        # Share of offloads evicted from the host tier before any reuse.
+        _rule("instance:kvobs_offload_waste_ratio:rate5m",
+              f"{wasted}\n/ (({reused} + {wasted}) > 0)"),
+        _rule("instance:kvobs_tier_occupancy:ratio",
+              f"sum by ({INSTANCE}, tier) (kvobs_tier_resident_blocks)\n"
+              f"/ (sum by ({INSTANCE}, tier) (kvobs_tier_capacity_blocks) > 0)"),
+    ]
+
+
+def fleet_rules() -> list[dict[str, Any]]:
+    """Sums over all instances serving one model."""
+    tokens = "model:kvobs_lookup_tokens:rate1m"
+    return [
+        _rule(tokens, "sum by (model, outcome) (instance:kvobs_lookup_tokens:rate1m)"),
+        _rule("model:kvobs_lookup_hit_ratio:rate1m",
+              f'sum by (model) ({tokens}{{outcome!="miss"}})\n'
+              f"/ (sum by (model) ({tokens}) > 0)"),
+        _rule("model:kvobs_transfer_bandwidth_bytes:rate1m",
+              "sum by (model, src_tier, dst_tier) "
+              "(instance:kvobs_transfer_bandwidth_bytes:rate1m)"),
+        _rule("model:kvobs_tier_capacity_bytes:sum",
+              "sum by (model, tier) (kvobs_tier_capacity_bytes)"),
+        _rule("model:kvobs_tier_resident_bytes:sum",
+              "sum by (model, tier, state) (kvobs_tier_resident_bytes)"),
+    ]
+
+
+def groups() -> list[dict[str, Any]]:
+    """The rule groups of ``kvobs-recording.rules.yaml``."""
+    return [
+        {"name": "kvobs.instance", "rules": instance_rules()},
+        {"name": "kvobs.fleet", "rules": fleet_rules()},
+    ]
+
+
+def recorded_names() -> list[str]:
+    """Every series name these rules record (dashboards may select them)."""
+    return [rule["record"] for group in groups() for rule in group["rules"]]

@@ -1,0 +1,161 @@
+"""The *KV cache tiers* dashboard: capacity, occupancy, hits, transfers and thrash per tier.
+
+Read it top to bottom: how big each tier is, how full it is, where lookups were served,
+what moving blocks between tiers costs, and whether blocks bounce between tiers.
+
+Example:
+    >>> board = dashboard()
+    >>> board.uid, board.title
+    ('kvobs-tiers', 'kvobs / KV cache tiers')
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard, Templating, Time
+
+from .panels import Query, Section, heatmap, layout, stat, timeseries
+from .queries import quantile, rate, ratio, series, sum_by
+from .variables import templates
+
+UID = "kvobs-tiers"
+TITLE = "kvobs / KV cache tiers"
+_LINK = "{{src_tier}} → {{dst_tier}}"
+
+
+def _capacity() -> Section:
+    return Section("Capacity and occupancy", [
+        stat("Capacity per tier (tokens)",
+             "Tokens of KV data each tier can hold, summed over the selected instances. The "
+             "GPU tier bounds how many requests run at once; the host tier bounds how much "
+             "reusable context is kept. They are never added into one concurrency figure.",
+             "short", [Query(sum_by("tier", series("kvobs_tier_capacity_tokens")), "{{tier}}")]),
+        stat("Capacity per tier (bytes)",
+             "Bytes of KV data each tier can hold (blocks x bytes per block), summed over "
+             "the selected instances.",
+             "bytes", [Query(sum_by("tier", series("kvobs_tier_capacity_bytes")), "{{tier}}")]),
+        timeseries("Resident occupancy per tier (in use vs cached)",
+                   "Share of each tier's blocks that hold KV data: in_use by running requests, "
+                   "or cached for reuse by a later prefix hit. The rest is free. A tier near "
+                   "100% with mostly cached blocks is full of reusable context (good); near "
+                   "100% in_use means it limits the batch.",
+                   "percentunit",
+                   [Query(ratio(sum_by("tier, state", series("kvobs_tier_resident_blocks")),
+                                sum_by("tier", series("kvobs_tier_capacity_blocks")),
+                                "on (tier) group_left ()"),
+                          "{{tier}} {{state}}")],
+                   ratio=True),
+        timeseries("Resident bytes per tier",
+                   "Bytes of KV data resident per tier and state, with each tier's capacity "
+                   "as a reference line. Resident never exceeds capacity.",
+                   "bytes",
+                   [Query(sum_by("tier, state", series("kvobs_tier_resident_bytes")),
+                          "{{tier}} {{state}}"),
+                    Query(sum_by("tier", series("kvobs_tier_capacity_bytes")),
+                          "{{tier}} capacity")]),
+    ])
+
+
+def _lookups() -> Section:
+    tokens = rate("kvobs_lookup_tokens_total")
+    return Section("Where lookups were served", [
+        timeseries("Lookup tokens by outcome",
+                   "Prompt tokens per second by where their KV data was found: gpu_hit (free), "
+                   "host_hit (needs an onload over PCIe), disk_hit, miss (needs recompute). "
+                   "The stack height is all looked-up tokens.",
+                   "short", [Query(sum_by("outcome", tokens), "{{outcome}}")],
+                   axis_label="tokens/s", stacked=True),
+        timeseries("Hit ratio per tier",
+                   "Fraction of looked-up tokens served by each tier; 1 minus their sum is the "
+                   "miss ratio. A high host_hit share means the host pool saves prefill work.",
+                   "percentunit",
+                   [Query(ratio(sum_by("outcome", rate("kvobs_lookup_tokens_total",
+                                                       'outcome=~".+_hit"')),
+                                sum_by("", tokens), "ignoring (outcome) group_left ()"),
+                          "{{outcome}}")],
+                   ratio=True),
+        timeseries("Lookups",
+                   "Prefix-cache lookups per second (one per admitted request) and the mean "
+                   "prompt tokens per lookup.",
+                   "short",
+                   [Query(sum_by("", rate("kvobs_lookups_total")), "lookups/s"),
+                    Query(ratio(sum_by("", tokens), sum_by("", rate("kvobs_lookups_total"))),
+                          "tokens per lookup")]),
+    ])
+
+
+def _transfers() -> Section:
+    return Section("Transfers between tiers", [
+        timeseries("Transfer throughput per direction vs link peak",
+                   "Bytes per second moved between tiers, per direction (gpu → host are "
+                   "offloads, host → gpu onloads). The dashed reference is the PCIe peak per "
+                   "direction read from NVML; it is absent where no GPU is visible.",
+                   "Bps",
+                   [Query(sum_by("src_tier, dst_tier", rate("kvobs_transfer_bytes_total")),
+                          _LINK),
+                    Query(f"max({series('kvobs_pcie_peak_bandwidth_bytes_per_second')})",
+                          "PCIe peak per direction")]),
+        timeseries("Transfer latency p50 / p99",
+                   "Duration of one transfer batch, timed on the device stream where there is "
+                   "one. p99 far above p50 means queueing behind other copies or compute.",
+                   "s",
+                   [Query(quantile(0.5, "kvobs_transfer_duration_seconds", "src_tier, dst_tier"),
+                          "p50 " + _LINK),
+                    Query(quantile(0.99, "kvobs_transfer_duration_seconds",
+                                   "src_tier, dst_tier"), "p99 " + _LINK)]),
+        heatmap("Transfer latency heatmap",
+                "Transfer batches per second by duration bucket, all directions. A second "
+                "band well above the main one points at contention.",
+                "s",
+                Query(sum_by("le", rate("kvobs_transfer_duration_seconds_bucket")), "{{le}}")),
+        timeseries("Drops and failures",
+                   "Blocks per second not offloaded because the target tier was full (drops) "
+                   "and blocks whose transfer failed. Failures should stay at zero; sustained "
+                   "drops mean the host tier is too small for the offload rate.",
+                   "short",
+                   [Query(sum_by("src_tier, dst_tier", rate("kvobs_transfer_drops_total")),
+                          "dropped " + _LINK),
+                    Query(sum_by("src_tier, dst_tier", rate("kvobs_transfer_failures_total")),
+                          "failed " + _LINK)],
+                   axis_label="blocks/s"),
+    ])
+
+
+def _thrash() -> Section:
+    return Section("Thrash and evictions", [
+        timeseries("Thrash signals",
+                   "Blocks per second onloaded back within the thrash window after being "
+                   "offloaded (the GPU tier is too small for the working set), offloaded blocks "
+                   "reused at least once (the host pool paid off) and offloaded blocks evicted "
+                   "before any reuse (wasted PCIe bandwidth).",
+                   "short",
+                   [Query(sum_by("", rate("kvobs_thrash_onloads_total")), "thrash onloads"),
+                    Query(sum_by("", rate("kvobs_offloaded_reused_blocks_total")),
+                          "offloaded, reused"),
+                    Query(sum_by("", rate("kvobs_offloaded_evicted_unused_blocks_total")),
+                          "offloaded, evicted unused")],
+                   axis_label="blocks/s"),
+        timeseries("Evictions per tier and reason",
+                   "Cached blocks dropped per second, by tier and reason. Sustained capacity "
+                   "evictions on a full tier mean reusable context is being thrown away.",
+                   "short",
+                   [Query(sum_by("tier, reason", rate("kvobs_block_evictions_total")),
+                          "{{tier}} {{reason}}")],
+                   axis_label="blocks/s", stacked=True),
+    ])
+
+
+def dashboard() -> Dashboard:
+    """The *KV cache tiers* dashboard as a grafanalib object."""
+    return Dashboard(
+        title=TITLE,
+        uid=UID,
+        description="Per-tier capacity, occupancy, hits, transfers and thrash of kvobs-"
+                    "instrumented inference engines.",
+        tags=["kvobs", "kv-cache"],
+        timezone="browser",
+        refresh="30s",
+        graphTooltip=1,
+        time=Time("now-1h", "now"),
+        templating=Templating(list=templates()),
+        panels=layout([_capacity(), _lookups(), _transfers(), _thrash()]),
+    )

@@ -1,0 +1,93 @@
+"""Template variables every kvobs dashboard offers, and the selector that uses them.
+
+A dashboard opens on all kvobs targets of one Prometheus data source; the variables
+narrow it to a namespace, a scrape job, an engine (vllm, sglang...), a model and one or
+more engine instances. Every variable but the data source allows several values and
+"All" (the regex ``.*``, which also matches series that lack the label, so the
+``namespace`` variable is harmless where Prometheus does not attach one).
+
+Example:
+    >>> selector('tier="gpu"').split(", ")[-2:]
+    ['instance=~"$instance"', 'tier="gpu"']
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Template
+
+#: Filter variables, outermost first; each one's values are restricted by those before it.
+FILTERS: tuple[tuple[str, str, str], ...] = (
+    ("namespace", "Namespace",
+     "Kubernetes namespace of the engine pods (empty outside Kubernetes)."),
+    ("job", "Job", "Prometheus scrape job that collects the kvobs exporter."),
+    ("engine", "Engine", "Inference engine kvobs instruments: vllm, sglang, lmcache, demo..."),
+    ("model", "Model", "Model served by the engine."),
+    ("instance", "Instance", "Engine instance (scrape target host:port)."),
+)
+
+#: The data source variable; panels and targets refer to it as ``${datasource}``.
+DATASOURCE = "datasource"
+
+#: A series every kvobs exporter has from its first collection: variable values come
+#: from its labels.
+_PRESENCE_METRIC = "kvobs_lookups_total"
+
+#: The value Grafana substitutes for "All" on a filter variable.
+ALL = ".*"
+
+
+def selector(*extra: str) -> str:
+    """Label matchers for the filter variables, plus ``extra`` matchers."""
+    matchers = [f'{name}=~"${name}"' for name, _label, _help in FILTERS]
+    return ", ".join([*matchers, *extra])
+
+
+def all_values(rate_interval: str = "1m") -> dict[str, str]:
+    """Values Grafana substitutes with every filter on "All", for running queries outside it.
+
+    Args:
+        rate_interval: what ``$__rate_interval`` stands for (Grafana derives it from the
+            scrape interval and the panel's resolution).
+    """
+    values = {name: ALL for name, _label, _help in FILTERS}
+    values["__rate_interval"] = rate_interval
+    return values
+
+
+def templates() -> list[Template]:
+    """The data source variable followed by the chained filter variables."""
+    result = [
+        Template(
+            name=DATASOURCE,
+            label="Data source",
+            type="datasource",
+            query="prometheus",
+            default="Prometheus",
+        )
+    ]
+    for position, (name, label, _help) in enumerate(FILTERS):
+        outer = [f'{n}=~"${n}"' for n, _l, _h in FILTERS[:position]]
+        series = _PRESENCE_METRIC + ("{" + ", ".join(outer) + "}" if outer else "")
+        result.append(
+            Template(
+                name=name,
+                label=label,
+                type="query",
+                dataSource="${" + DATASOURCE + "}",
+                query=f"label_values({series}, {name})",
+                includeAll=True,
+                multi=True,
+                allValue=ALL,
+                default="$__all",
+                refresh=2,
+                sort=1,
+            )
+        )
+    return result
+
+
+def descriptions() -> dict[str, str]:
+    """Variable name -> description, written into the JSON by :mod:`.modern`."""
+    return {name: help_ for name, _label, help_ in FILTERS} | {
+        DATASOURCE: "Prometheus data source that scrapes the kvobs exporters."
+    }

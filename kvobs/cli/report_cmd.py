@@ -1,0 +1,73 @@
+"""``kvobs report``: the *KV cache tiers* dashboard as one PNG, straight from Prometheus.
+
+For a person without Grafana: every panel of the tiers dashboard, drawn from
+``query_range`` over the last ``--range``. An unreachable Prometheus, a query error or
+a panel without data ends with a one-line error naming the panel and the query, exit
+status 2, and no file written.
+
+Example:
+    $ kvobs report --prometheus http://127.0.0.1:9090 --out tiers.png --range 30m
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from kvobs.cli.options import add_option, positive_float
+from kvobs.dashboards.variables import FILTERS
+from kvobs.errors import ConfigError
+from kvobs.report import build_report
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """argparse type: a Prometheus-style duration (``90s``, ``15m``, ``2h``) in seconds."""
+    match = _DURATION.match(text.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m or 2h")
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``report`` subcommand."""
+    parser = subparsers.add_parser(
+        "report",
+        help="draw the KV cache tiers dashboard from Prometheus into one PNG",
+        description="Run every panel query of the KV cache tiers dashboard against a "
+        "Prometheus server and draw one PNG with one plot per panel.",
+    )
+    add_option(parser, "--prometheus", default=None,
+               help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    add_option(parser, "--out", default=None, help="PNG file to write")
+    add_option(parser, "--range", type=duration, default=900.0,
+               help="history to draw, e.g. 15m or 2h (seconds)")
+    add_option(parser, "--rate-interval", default="1m",
+               help="window of rate() in the panel queries ($__rate_interval)")
+    add_option(parser, "--timeout", type=positive_float, default=10.0,
+               help="seconds to wait for each Prometheus answer")
+    for name, _label, help_ in FILTERS:
+        add_option(parser, f"--{name}", default=None,
+                   help=f"regex on the {name} label: {help_}")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the PNG and say where."""
+    if not args.prometheus:
+        raise ConfigError("--prometheus is required: pass the Prometheus URL, e.g. "
+                          "--prometheus http://127.0.0.1:9090")
+    if not args.out:
+        raise ConfigError("--out is required: pass the PNG path to write, e.g. --out tiers.png")
+    if not _DURATION.match(args.rate_interval):
+        raise ConfigError(f"--rate-interval {args.rate_interval!r} is not a duration like 1m")
+    filters = {name: getattr(args, name) for name, _l, _h in FILTERS
+               if getattr(args, name) is not None}
+    titles = build_report(args.prometheus, args.out, range_s=args.range,
+                          rate_interval=args.rate_interval, filters=filters,
+                          timeout_s=args.timeout)
+    print(f"wrote {args.out}: {len(titles)} panels of the KV cache tiers dashboard")
+    return 0

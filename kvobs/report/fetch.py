@@ -1,0 +1,110 @@
+"""Run every panel query of a generated dashboard over a time range.
+
+The report reads the same JSON Grafana would import, fills in the template variables
+as Grafana would with the given filters, and asks Prometheus for each target with
+``query_range``. Any failure names the panel and the query: an unreachable server,
+a PromQL error, or a query that returned no data. Queries on GPU-only (NVML) metrics
+may be empty on a machine without a GPU; they are left out of the picture.
+
+Example:
+    >>> legend("{{src_tier}} → {{dst_tier}}", {"src_tier": "gpu", "dst_tier": "host"})
+    'gpu → host'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvobs.dashboards.promql import GPU_ONLY_METRICS, metric_names, substitute
+from kvobs.errors import KvobsError
+from kvobs.report.prometheus_api import PrometheusClient, QueryFailed, Series
+
+
+class ReportError(KvobsError):
+    """The report cannot be drawn; the message names the panel and the query."""
+
+
+@dataclass(frozen=True)
+class TargetData:
+    """The series one panel target returned, with their legends filled in."""
+
+    legend_format: str
+    expr: str
+    series: list[Series]
+
+    def labelled(self) -> list[tuple[str, Series]]:
+        """(legend, series) pairs, legends rendered from each series' labels."""
+        return [(legend(self.legend_format, s.labels) or self.expr, s) for s in self.series]
+
+
+@dataclass(frozen=True)
+class PanelData:
+    """What one dashboard panel shows."""
+
+    title: str
+    kind: str
+    unit: str
+    description: str
+    targets: list[TargetData]
+    notes: list[str] = field(default_factory=list)
+
+
+def legend(fmt: str, labels: Mapping[str, str]) -> str:
+    """Grafana's ``{{label}}`` legend format filled from ``labels``."""
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt).strip()
+
+
+def data_panels(dashboard: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's panels that hold queries (rows left out, collapsed rows opened)."""
+    panels: list[dict[str, Any]] = []
+    for panel in dashboard.get("panels", []):
+        if panel.get("type") == "row":
+            panels.extend(panel.get("panels", []))
+        else:
+            panels.append(panel)
+    return panels
+
+
+def fetch_panels(client: PrometheusClient, dashboard: Mapping[str, Any],
+                 variables: Mapping[str, str], start_s: float, end_s: float,
+                 step_s: float) -> list[PanelData]:
+    """Query every target of every panel; raise :class:`ReportError` on the first problem."""
+    result = []
+    for panel in data_panels(dashboard):
+        title = panel.get("title", "?")
+        targets: list[TargetData] = []
+        notes: list[str] = []
+        for target in panel.get("targets", []):
+            expr = substitute(target["expr"], variables)
+            try:
+                series = client.query_range(expr, start_s, end_s, step_s)
+            except QueryFailed as exc:
+                raise ReportError(f"panel {title!r}, query {_short(expr)}: {exc}") from None
+            series = [s for s in series if s.finite_samples]
+            if not series:
+                if set(metric_names(expr)) <= GPU_ONLY_METRICS:
+                    notes.append(f"{target.get('legendFormat') or expr}: no GPU (NVML) data")
+                    continue
+                raise ReportError(
+                    f"panel {title!r}, query {_short(expr)}: no data between "
+                    f"{_clock(start_s)} and {_clock(end_s)}; is Prometheus scraping a kvobs "
+                    "exporter, and do the --job/--model/--instance filters match it?")
+            targets.append(TargetData(target.get("legendFormat", ""), expr, series))
+        defaults = panel.get("fieldConfig", {}).get("defaults", {})
+        result.append(PanelData(title, panel["type"], defaults.get("unit", "short"),
+                                panel.get("description", ""), targets, notes))
+    return result
+
+
+def _short(expr: str, limit: int = 160) -> str:
+    flat = " ".join(expr.split())
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+
+
+def _clock(unix_s: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(unix_s, _dt.timezone.utc).strftime("%H:%M:%S UTC")

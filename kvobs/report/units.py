@@ -1,0 +1,59 @@
+"""Grafana unit ids as human-readable tick labels, for the matplotlib report.
+
+Example:
+    >>> format_value(3 * 1024**3, "bytes"), format_value(2.5e9, "Bps"), format_value(0.0042, "s")
+    ('3 GiB', '2.5 GB/s', '4.2 ms')
+    >>> format_value(0.873, "percentunit"), format_value(12_500, "short")
+    ('87.3%', '12.5k')
+"""
+
+from __future__ import annotations
+
+import math
+
+_IEC = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_SI = ("", "k", "M", "G", "T", "P")
+
+
+def _scaled(value: float, base: float, prefixes: tuple[str, ...]) -> tuple[float, str]:
+    magnitude = abs(value)
+    index = 0
+    while magnitude >= base and index < len(prefixes) - 1:
+        magnitude /= base
+        index += 1
+    return math.copysign(magnitude, value), prefixes[index]
+
+
+def _number(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def format_value(value: float, unit: str) -> str:
+    """``value`` in ``unit`` (a Grafana unit id) as a short label."""
+    if not math.isfinite(value):
+        return str(value)
+    if unit == "bytes":
+        scaled, prefix = _scaled(value, 1024.0, _IEC)
+        return f"{_number(scaled)} {prefix}"
+    if unit == "Bps":
+        scaled, prefix = _scaled(value, 1000.0, _SI)
+        return f"{_number(scaled)} {prefix}B/s"
+    if unit == "s":
+        magnitude = abs(value)
+        if magnitude == 0:
+            return "0 s"
+        if magnitude < 1e-3:
+            return f"{_number(value * 1e6)} µs"
+        if magnitude < 1:
+            return f"{_number(value * 1e3)} ms"
+        return f"{_number(value)} s"
+    if unit == "percentunit":
+        return f"{value * 100:.3g}%"
+    scaled, prefix = _scaled(value, 1000.0, _SI)
+    return f"{_number(scaled)}{prefix}"
+
+
+def describe(unit: str) -> str:
+    """What the axis of a panel in ``unit`` measures, for its label."""
+    return {"bytes": "bytes", "Bps": "bytes/s", "s": "seconds", "percentunit": "share",
+            "short": ""}.get(unit, unit)
