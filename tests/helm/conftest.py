@@ -1,0 +1,51 @@
+"""Fixtures for the helm/kvobs tests: the real helm binary and the chart with its files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helm_render import CHART_DIR, EXAMPLE_VALUES, VALUES_DIR, HelmChart, find_tool
+
+# Values files every render-level test runs through: the defaults, each scenario under
+# values/, and the vLLM example users copy.
+SCENARIOS: list[Path | None] = [None, *sorted(VALUES_DIR.glob("*.yaml")), EXAMPLE_VALUES]
+
+
+def scenario_id(path: Path | None) -> str:
+    return "defaults" if path is None else path.stem
+
+
+def scenario_args(path: Path | None) -> tuple[str, ...]:
+    return () if path is None else ("--values", str(path))
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    return find_tool("helm")
+
+
+@pytest.fixture(scope="session")
+def generated_files() -> dict[str, list[Path]]:
+    """The dashboards and rules `kvobs dashboards` copies into the chart.
+
+    Missing copies skip the tests locally and fail them in CI: the chart must not ship
+    without them.
+    """
+    files = {
+        "dashboards": sorted((CHART_DIR / "files" / "dashboards").glob("*.json")),
+        "rules": sorted((CHART_DIR / "files" / "rules").glob("*.rules.yaml")),
+    }
+    missing = [kind for kind, paths in files.items() if not paths]
+    if missing:
+        message = f"{CHART_DIR}/files has no {' or '.join(missing)}; run `kvobs dashboards`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return files
+
+
+@pytest.fixture(scope="session")
+def chart(helm: Path, generated_files: dict[str, list[Path]]) -> HelmChart:
+    return HelmChart(helm, CHART_DIR)
