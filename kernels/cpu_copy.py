@@ -15,6 +15,11 @@ from kvobs.kernels.pools import Pool
 
 NATIVE_AVAILABLE = _native is not None
 
+# A call moving at least this many bytes uses non-temporal stores (see _native.c); -1
+# never does. About one core's L2: a smaller batch may be read back from cache soon
+# after; a larger one would mostly be evicted before that, so it skips the cache.
+STREAM_BYTES = 1 << 20
+
 
 class HostCopier:
     """Copies runs of blocks between two validated host pools.
@@ -29,9 +34,12 @@ class HostCopier:
         [6.0, 7.0]
     """
 
-    def __init__(self, src: Pool, dst: Pool, *, native: bool = True) -> None:
+    def __init__(
+        self, src: Pool, dst: Pool, *, native: bool = True, stream_bytes: int = STREAM_BYTES
+    ) -> None:
         self.src = src
         self.dst = dst
+        self.stream_bytes = stream_bytes
         self.implementation = "native" if native and NATIVE_AVAILABLE else "torch"
         self._table = torch.tensor(
             [
@@ -56,7 +64,9 @@ class HostCopier:
             return
         if self.implementation == "native":
             assert _native is not None
-            _native.copy_runs(self._table_addr, self._n_layers, planner.runs_addr, n_runs)
+            _native.copy_runs(
+                self._table_addr, self._n_layers, planner.runs_addr, n_runs, self.stream_bytes
+            )
             return
         with torch.no_grad():
             for s, d, n in planner.runs(n_runs).tolist():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from kvobs.kernels.cpu_copy import HostCopier
+from kvobs.kernels.cpu_copy import STREAM_BYTES, HostCopier
 from kvobs.kernels.link import TransferLink, report_completed, report_failed
 from kvobs.kernels.plan import MappingLike, RunPlanner
 from kvobs.kernels.pools import PoolLike, as_pool, check_compatible
@@ -37,6 +37,8 @@ class BlockMover:
         link: optional ``TransferLink`` (e.g. ``rec.link("host", "host")``) told about
             every transfer.
         native: use the C extension when it is built (``implementation`` says which ran).
+        stream_bytes: a copy of at least this many bytes bypasses the CPU cache
+            (non-temporal stores); -1 never does.
 
     Example:
         >>> import torch
@@ -55,6 +57,7 @@ class BlockMover:
         *,
         link: TransferLink | None = None,
         native: bool = True,
+        stream_bytes: int = STREAM_BYTES,
     ) -> None:
         self.src = as_pool(src, "src")
         self.dst = as_pool(dst, "dst")
@@ -67,7 +70,7 @@ class BlockMover:
                 )
         self.link = link
         self._planner = RunPlanner(self.src.num_blocks, self.dst.num_blocks, native=native)
-        self._copier = HostCopier(self.src, self.dst, native=native)
+        self._copier = HostCopier(self.src, self.dst, native=native, stream_bytes=stream_bytes)
         self._bytes_per_block = self.src.bytes_per_block
 
     @property

@@ -34,17 +34,34 @@ def pools_and_mapping(draw: st.DrawFn) -> tuple[list[torch.Tensor], list[torch.T
 
 
 @pytest.mark.parametrize("native", IMPLEMENTATIONS)
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("stream_bytes", [-1, 0], ids=["cached-stores", "streaming-stores"])
+@settings(max_examples=50, deadline=None)
 @given(case=pools_and_mapping(), as_tensor=st.booleans())
-def test_random_mappings_are_byte_exact(case: tuple, as_tensor: bool, native: bool) -> None:
+def test_random_mappings_are_byte_exact(
+    case: tuple, as_tensor: bool, native: bool, stream_bytes: int
+) -> None:
     src, dst, pairs = case
     expected = reference_copy(src, dst, pairs)
-    mover = BlockMover(src, dst, native=native)
+    mover = BlockMover(src, dst, native=native, stream_bytes=stream_bytes)
     mapping = torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2) if as_tensor else pairs
     stats = mover.copy(mapping)
     assert all(same_bytes(d, e) for d, e in zip(dst, expected, strict=True))
     assert stats.blocks == len(pairs)
     assert stats.nbytes == len(pairs) * sum(t[0].numel() * t.element_size() for t in src)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3, 8, 17])
+def test_streaming_stores_handle_unaligned_blocks(offset: int) -> None:
+    # Blocks of 1000 bytes starting at odd addresses: head, 64-byte body and tail paths.
+    raw_src = filled_pool(1, (20 * 1000 + 32,), torch.uint8, 5)[0]
+    raw_dst = torch.zeros(20 * 1000 + 32, dtype=torch.uint8)
+    src = raw_src[offset : offset + 20 * 1000].view(20, 1000)
+    dst = raw_dst[32 - offset : 32 - offset + 20 * 1000].view(20, 1000)
+    pairs = [(i, 19 - i) for i in range(20)]
+    expected = reference_copy([src], [dst], pairs)[0]
+    BlockMover(src, dst, stream_bytes=0).copy(pairs)
+    assert same_bytes(dst, expected)
+    assert not raw_dst[: 32 - offset].any() and not raw_dst[32 - offset + 20 * 1000 :].any()
 
 
 @pytest.mark.parametrize("native", IMPLEMENTATIONS)
