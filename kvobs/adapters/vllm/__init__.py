@@ -1,0 +1,38 @@
+"""vLLM 0.33 adapters: the GPU tier, prefix lookups, the CPU offloading tier, transfers.
+
+Each function wraps one engine object; :func:`instrument_scheduler` wraps all of them
+that a vLLM ``Scheduler`` holds (what the ``vllm.general_plugins`` entry point uses).
+
+Example:
+    >>> from kvobs.recorder import Recorder
+    >>> rec = Recorder(engine="vllm", model="llama-3-8b")
+    >>> from kvobs.adapters.vllm import instrument_kv_cache_manager
+    >>> inst = instrument_kv_cache_manager(scheduler.kv_cache_manager, rec)  # doctest: +SKIP
+    >>> inst.unwrap()                                                     # doctest: +SKIP
+"""
+
+from kvobs.adapters.vllm.block_pool import BlockPoolInstrumentation, instrument_block_pool
+from kvobs.adapters.vllm.capacity import gpu_tier_capacity, host_tier_capacity
+from kvobs.adapters.vllm.lookups import HostHits, LookupInstrumentation, instrument_lookups
+from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_kv_cache_manager
+from kvobs.adapters.vllm.offloading import (
+    OffloadingInstrumentation,
+    instrument_offloading_manager,
+)
+from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
+
+__all__ = [
+    "BlockPoolInstrumentation",
+    "HostHits",
+    "LookupInstrumentation",
+    "OffloadingInstrumentation",
+    "TransferInstrumentation",
+    "VllmInstrumentation",
+    "gpu_tier_capacity",
+    "host_tier_capacity",
+    "instrument_block_pool",
+    "instrument_kv_cache_manager",
+    "instrument_lookups",
+    "instrument_offloading_manager",
+    "instrument_offloading_worker",
+]

@@ -1,0 +1,104 @@
+"""Instrument a whole vLLM scheduler side at once: GPU tier, lookups, host tier.
+
+Example:
+    >>> inst = instrument_scheduler(engine_core.scheduler, rec)   # doctest: +SKIP
+    >>> [part.component for part in inst.parts]                   # doctest: +SKIP
+    ['vllm.block_pool', 'vllm.kv_cache_manager', 'vllm.cpu_offloading_manager']
+    >>> inst.unwrap()                                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvobs.adapters._hooks import AdapterError, Instrumentation
+from kvobs.adapters.vllm.block_pool import instrument_block_pool
+from kvobs.adapters.vllm.capacity import gpu_tier_capacity
+from kvobs.adapters.vllm.lookups import HostHits, instrument_lookups
+from kvobs.adapters.vllm.offloading import instrument_offloading_manager
+from kvobs.recorder import Recorder
+
+
+@dataclass
+class VllmInstrumentation:
+    """The instrumentations of one scheduler's objects; ``unwrap()`` undoes all of them."""
+
+    parts: list[Instrumentation] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        """True when every part is instrumented (an unknown version leaves none active)."""
+        return bool(self.parts) and all(part.active for part in self.parts)
+
+    def unwrap(self) -> None:
+        """Restore every wrapped object; safe to call twice."""
+        for part in reversed(self.parts):
+            part.unwrap()
+
+
+def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
+                                offloading_manager: Any = None,
+                                host_block_tokens: int = 0,
+                                host_block_bytes: int = 0) -> VllmInstrumentation:
+    """Instrument a ``KVCacheManager`` (its ``BlockPool`` and lookups) and, optionally,
+    the ``CPUOffloadingManager`` of its offloading connector.
+
+    Args:
+        manager: the scheduler's ``KVCacheManager``.
+        rec: the recorder.
+        offloading_manager: the connector's offloading manager, if offloading is on.
+        host_block_tokens: tokens per offloading chunk (required with an offloading manager).
+        host_block_bytes: bytes per chunk (0 if unknown).
+
+    Raises:
+        AdapterError: a part is not the expected kind or is already instrumented (parts
+            wrapped before the failure are restored first).
+    """
+    if type(manager).__name__ != "KVCacheManager" and not hasattr(manager, "block_pool"):
+        raise AdapterError(f"vllm: expected a KVCacheManager, got {type(manager).__qualname__}")
+    block_tokens, block_bytes = None, 0
+    config = getattr(manager, "kv_cache_config", None)
+    if config is not None:
+        try:
+            gpu = gpu_tier_capacity(config)
+            block_tokens, block_bytes = gpu.block_tokens, gpu.block_bytes
+        except Exception:  # a config we cannot read only costs the byte figures
+            pass
+    result = VllmInstrumentation()
+    host_hits = HostHits(host_block_tokens) if offloading_manager is not None else None
+    try:
+        result.parts.append(instrument_block_pool(manager.block_pool, rec,
+                                                  block_tokens=block_tokens,
+                                                  block_bytes=block_bytes))
+        result.parts.append(instrument_lookups(manager, rec, host_hits))
+        if offloading_manager is not None:
+            if host_block_tokens <= 0:
+                raise AdapterError("vllm: host_block_tokens must be > 0 with an offloading "
+                                   "manager: pass GPU block size x blocks_per_chunk")
+            result.parts.append(instrument_offloading_manager(
+                offloading_manager, rec, block_tokens=host_block_tokens,
+                block_bytes=host_block_bytes, host_hits=host_hits))
+    except Exception:
+        result.unwrap()
+        raise
+    return result
+
+
+def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
+    """Instrument everything a vLLM v1 ``Scheduler`` holds that kvobs knows.
+
+    Finds ``scheduler.kv_cache_manager`` and, when the KV connector is the offloading
+    connector, its scheduler-side manager and chunk size.
+    """
+    offloading, tokens, chunk_bytes = None, 0, 0
+    side = getattr(getattr(scheduler, "connector", None), "connector_scheduler", None)
+    if side is not None and type(getattr(side, "manager", None)).__name__ == \
+            "CPUOffloadingManager":
+        offloading = side.manager
+        groups = side.config.kv_group_configs
+        tokens = int(groups[0].tokens_per_chunk)
+        chunk_bytes = int(dict(offloading.config_info()[0]).get("kv_bytes_per_chunk", 0) or 0)
+    return instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
+                                       offloading_manager=offloading,
+                                       host_block_tokens=tokens, host_block_bytes=chunk_bytes)
