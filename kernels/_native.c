@@ -26,6 +26,7 @@
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#include <xmmintrin.h>
 #endif
 
 /* Below this many bytes, dropping and re-taking the GIL costs more than it frees. */
@@ -184,6 +185,7 @@ static void *stream_copy(void *dst, const void *src, size_t n)
     n -= head;
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
+        _mm_prefetch(s + i + 1024, _MM_HINT_NTA);
         __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
         __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
         __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
