@@ -12,8 +12,34 @@ Example:
     True
 """
 
-from .generate import DASHBOARDS, RULE_FILES, dashboard_json, drift, render, source_root, write
-from .panels import Query
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .generate import (
+        DASHBOARDS,
+        RULE_FILES,
+        dashboard_json,
+        drift,
+        render,
+        source_root,
+        write,
+    )
+    from .panels import Query
+
+# grafanalib and PyYAML load on first use, so `kvobs demo` never needs them.
+_LAZY = {"DASHBOARDS": "generate", "RULE_FILES": "generate", "dashboard_json": "generate",
+         "drift": "generate", "render": "generate", "source_root": "generate",
+         "write": "generate", "Query": "panels"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+
 
 __all__ = [
     "DASHBOARDS",

@@ -13,7 +13,10 @@ Example:
 
 from __future__ import annotations
 
-from grafanalib.core import Template
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grafanalib.core import Template
 
 #: Filter variables, outermost first; each one's values are restricted by those before it.
 FILTERS: tuple[tuple[str, str, str], ...] = (
@@ -56,6 +59,8 @@ def all_values(rate_interval: str = "1m") -> dict[str, str]:
 
 def templates() -> list[Template]:
     """The data source variable followed by the chained filter variables."""
+    from grafanalib.core import Template
+
     result = [
         Template(
             name=DATASOURCE,

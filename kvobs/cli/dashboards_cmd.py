@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from kvobs.cli.options import add_option
-from kvobs.dashboards import drift, source_root, write
 from kvobs.errors import ConfigError
 
 
@@ -39,6 +38,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write (or check) every generated file under the repository root."""
+    try:
+        from kvobs.dashboards import drift, source_root, write
+    except ImportError as exc:
+        raise ConfigError(f"kvobs dashboards needs {exc.name}: pip install grafanalib pyyaml "
+                          "(or the project's dev extra)") from None
     root = args.root or source_root()
     if root is None:
         raise ConfigError("--root is required: kvobs is not running from a source checkout; "

@@ -18,7 +18,6 @@ from typing import Any
 from kvobs.cli.options import add_option, positive_float
 from kvobs.dashboards.variables import FILTERS
 from kvobs.errors import ConfigError
-from kvobs.report import build_report
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -64,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--out is required: pass the PNG path to write, e.g. --out tiers.png")
     if not _DURATION.match(args.rate_interval):
         raise ConfigError(f"--rate-interval {args.rate_interval!r} is not a duration like 1m")
+    try:
+        from kvobs.report import build_report
+    except ImportError as exc:
+        raise ConfigError(f"kvobs report needs {exc.name}: pip install matplotlib grafanalib "
+                          "pyyaml (or the project's dev extra)") from None
     filters = {name: getattr(args, name) for name, _l, _h in FILTERS
                if getattr(args, name) is not None}
     titles = build_report(args.prometheus, args.out, range_s=args.range,
