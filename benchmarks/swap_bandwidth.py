@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
-
 from kvobs.kernels import NATIVE_AVAILABLE, BlockMover
 from kvobs.kernels._ext import native
 
@@ -131,13 +130,80 @@ def run_cpu(rounds: int, budget_s: float, seed: int) -> list[Row]:
     return rows
 
 
-def to_rows(seconds: dict[str, float], pattern: str, n: int, block_bytes: int) -> list[Row]:
+@dataclass(frozen=True)
+class CudaRow(Row):
+    """A GPU measurement: ``direction`` is ``d2h`` (swap out) or ``h2d`` (swap in)."""
+
+    direction: str = ""
+
+
+def to_rows(
+    seconds: dict[str, float], pattern: str, n: int, block_bytes: int, direction: str = ""
+) -> list[Row]:
     """GB/s per method and its ratio to the memcpy of the same bytes."""
     gbps = {name: n * block_bytes / s / 1e9 for name, s in seconds.items()}
     return [
-        Row(name, pattern, n, block_bytes, round(g, 3), round(g / gbps["memcpy"], 3))
+        CudaRow(name, pattern, n, block_bytes, round(g, 3), round(g / gbps["memcpy"], 3), direction)
+        if direction
+        else Row(name, pattern, n, block_bytes, round(g, 3), round(g / gbps["memcpy"], 3))
         for name, g in gbps.items()
     ]
+
+
+def cuda_methods(
+    src: torch.Tensor, dst: torch.Tensor, pattern: str, n: int, rng: random.Random
+) -> dict[str, Callable[[], object]]:
+    """GPU contenders; each call ends with a device sync so wall time is transfer time."""
+    from kvobs.kernels import StreamMover
+
+    block_bytes = src[0].numel() * src.element_size()
+    pairs = list(
+        zip(
+            block_ids(pattern, n, POOL_BLOCKS, rng),
+            block_ids(pattern, n, POOL_BLOCKS, rng),
+            strict=True,
+        )
+    )
+    mapping = torch.tensor(pairs, dtype=torch.int64)
+    mover = StreamMover(src, dst)
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    flat_src, flat_dst = src.view(-1).view(torch.uint8), dst.view(-1).view(torch.uint8)
+    nbytes = n * block_bytes
+
+    def kvobs() -> None:
+        mover.submit(mapping)
+        mover.synchronize()
+
+    def copy_loop() -> None:
+        with torch.cuda.stream(side):
+            for s, d in pairs:
+                dst[d].copy_(src[s], non_blocking=True)
+        side.synchronize()
+
+    def memcpy() -> None:  # one pinned cudaMemcpyAsync of the same bytes
+        with torch.cuda.stream(side):
+            flat_dst[:nbytes].copy_(flat_src[:nbytes], non_blocking=True)
+        side.synchronize()
+
+    return {"kvobs": kvobs, "copy_loop": copy_loop, "memcpy": memcpy}
+
+
+def run_cuda(rounds: int, budget_s: float, seed: int) -> list[Row]:
+    """Swap out (GPU -> pinned host) and swap in (pinned host -> GPU) at every point."""
+    if not torch.cuda.is_available():
+        sys.exit("--device cuda needs a CUDA build of torch and a visible GPU")
+    rng = random.Random(seed)
+    rows: list[Row] = []
+    for block_bytes, shape in BLOCK_SHAPES.items():
+        gpu = torch.ones(POOL_BLOCKS, *shape, dtype=torch.float16, device="cuda")
+        host = torch.ones(POOL_BLOCKS, *shape, dtype=torch.float16, pin_memory=True)
+        for direction, (src, dst) in (("d2h", (gpu, host)), ("h2d", (host, gpu))):
+            for pattern in PATTERNS:
+                for n in BATCH_SIZES:
+                    methods = cuda_methods(src, dst, pattern, n, rng)
+                    seconds = best_seconds(methods, rounds, budget_s)
+                    rows += to_rows(seconds, pattern, n, block_bytes, direction)
+    return rows
 
 
 def print_table(rows: list[Row], extra: str = "") -> None:
@@ -172,9 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.device == "cuda":
-        from swap_bandwidth_cuda import run_cuda
-
-        rows: list = run_cuda(args.rounds, args.seed)
+        rows: list[Row] = run_cuda(args.rounds, args.budget_ms / 1e3, args.seed)
     else:
         rows = run_cpu(args.rounds, args.budget_ms / 1e3, args.seed)
     if args.json:

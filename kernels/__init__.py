@@ -5,7 +5,9 @@ GPU -> host (swap out), host -> GPU (swap in) and host <-> host. Pools are a ten
 ``[num_blocks, ...]`` or a list of per-layer tensors. Contiguous runs are coalesced into
 one copy each, a C loop (``kvobs.kernels._native``, built by ``pip install``) does the
 host-side work, and every transfer is reported to a kvobs link with its blocks, bytes
-and duration.
+and duration. ``BlockMover`` is synchronous (host pools, timed with ``perf_counter_ns``);
+``StreamMover`` queues GPU transfers on a dedicated stream per direction, times them
+with CUDA events and reports them from ``poll()`` without blocking the host.
 
 Example:
     >>> import torch
@@ -20,10 +22,13 @@ Example:
 from kvobs.kernels.cpu_copy import NATIVE_AVAILABLE
 from kvobs.kernels.link import TransferLink
 from kvobs.kernels.mover import BlockMover, TransferStats, copy_blocks
+from kvobs.kernels.stream_mover import StreamMover, Transfer
 
 __all__ = [
     "NATIVE_AVAILABLE",
     "BlockMover",
+    "StreamMover",
+    "Transfer",
     "TransferLink",
     "TransferStats",
     "copy_blocks",
