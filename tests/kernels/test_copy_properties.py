@@ -8,12 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
 from kvobs.kernels import BlockMover, copy_blocks
+from kvobs.kernels.plan import MappingLike
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.int8]
+Case = tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[int, int]]]
 
 
 @st.composite
-def pools_and_mapping(draw: st.DrawFn) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
+def pools_and_mapping(draw: st.DrawFn) -> Case:
     layers = draw(st.integers(1, 3))
     src_blocks, dst_blocks = draw(st.integers(1, 40)), draw(st.integers(1, 40))
     block_shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
@@ -38,7 +40,7 @@ def pools_and_mapping(draw: st.DrawFn) -> tuple[list[torch.Tensor], list[torch.T
 @settings(max_examples=50, deadline=None)
 @given(case=pools_and_mapping(), as_tensor=st.booleans())
 def test_random_mappings_are_byte_exact(
-    case: tuple, as_tensor: bool, native: bool, stream_bytes: int
+    case: Case, as_tensor: bool, native: bool, stream_bytes: int
 ) -> None:
     src, dst, pairs = case
     expected = reference_copy(src, dst, pairs)
@@ -84,7 +86,8 @@ def test_strided_kv_planes_of_one_tensor_per_layer(native: bool) -> None:
 def test_empty_mapping_is_a_no_op(native: bool) -> None:
     src, dst = filled_pool(4, (8,), torch.float16, 1), filled_pool(4, (8,), torch.float16, 2)
     before = dst.clone()
-    for empty in ([], (), torch.empty(0, 2, dtype=torch.int64), torch.empty(0)):
+    empties: list[MappingLike] = [[], (), torch.empty(0, 2, dtype=torch.int64), torch.empty(0)]
+    for empty in empties:
         stats = BlockMover(src, dst, native=native).copy(empty)
         assert (stats.blocks, stats.nbytes) == (0, 0)
     assert same_bytes(dst, before)

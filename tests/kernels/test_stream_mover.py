@@ -28,7 +28,7 @@ def setup(
     src = [filled_pool(src_blocks, BLOCK, torch.float16, i) for i in range(layers)]
     dst = [torch.zeros(dst_blocks, *BLOCK, dtype=torch.float16) for _ in range(layers)]
     link = Recorder(engine="test", model="m").link("host", "gpu")
-    mover = StreamMover(src, dst, link=link, backend=backend, **kwargs)  # type: ignore[arg-type]
+    mover = StreamMover(src, dst, link=link, backend=backend, **kwargs)
     return mover, backend, link, src, dst
 
 
