@@ -12,9 +12,6 @@ import signal
 import threading
 from typing import Any
 
-import structlog
-
-from kvobs.capacity import CapacityPlan
 from kvobs.cli.model_options import add_model_options, layout_from_args
 from kvobs.cli.options import (
     add_option,
@@ -23,11 +20,6 @@ from kvobs.cli.options import (
     positive_float,
     positive_int,
 )
-from kvobs.exporter import Telemetry
-from kvobs.pool import ServingLoop, TieredKVPool
-from kvobs.recorder import Recorder
-from kvobs.telemetry.logs import configure_logging, log_capacity
-from kvobs.workload import ChatWorkload, WorkloadConfig
 
 
 def register(subparsers: Any) -> None:
@@ -121,6 +113,16 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo until ``--duration`` passes, SIGTERM or Ctrl-C."""
+    # Imported here so that `kvobs --help` and other subcommands start without torch.
+    import structlog
+
+    from kvobs.capacity import CapacityPlan
+    from kvobs.exporter import Telemetry
+    from kvobs.pool import ServingLoop, TieredKVPool
+    from kvobs.recorder import Recorder
+    from kvobs.telemetry.logs import configure_logging, log_capacity
+    from kvobs.workload import ChatWorkload, WorkloadConfig
+
     configure_logging(args.log_format)
     logger = structlog.get_logger("kvobs")
     layout = layout_from_args(args)

@@ -1,0 +1,7 @@
+"""``python -m kvobs`` runs the ``kvobs`` command."""
+
+import sys
+
+from kvobs.cli import main
+
+sys.exit(main())

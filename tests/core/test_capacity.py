@@ -1,0 +1,76 @@
+"""Capacity semantics: per-tier blocks/tokens/bytes; GPU bounds concurrency, host holds context."""
+
+import pytest
+import structlog
+
+from kvobs.capacity import GIB, CapacityPlan, TierCapacity
+from kvobs.errors import ConfigError
+from kvobs.presets import preset_layout
+from kvobs.telemetry.logs import capacity_line, log_capacity
+
+LLAMA = preset_layout("llama-3-8b")  # 2 MiB blocks of 16 tokens
+
+
+def test_from_bytes_floors_to_whole_blocks():
+    plan = CapacityPlan.from_bytes(LLAMA, {"gpu": 16 * GIB + 2**20, "host": 120 * GIB})
+    gpu, host = plan.tier("gpu"), plan.tier("host")
+    assert (gpu.blocks, gpu.tokens, gpu.bytes) == (8192, 131072, 16 * GIB)
+    assert (host.blocks, host.tokens, host.bytes) == (61440, 983040, 120 * GIB)
+
+
+def test_concurrency_counts_the_gpu_tier_only():
+    plan = CapacityPlan.from_blocks(LLAMA, {"gpu": 8192, "host": 61440}, request_tokens=32768)
+    assert plan.max_concurrency == 4.0
+    assert plan.requests_held("host") == 30.0
+    event = plan.as_event()
+    assert event["max_concurrency"] == 4.0  # not (8192 + 61440) * 16 / 32768 = 34
+    assert event["tiers"]["host"]["requests_held"] == 30.0
+
+
+def test_tiers_are_listed_fastest_first():
+    plan = CapacityPlan.from_blocks(LLAMA, {"disk": 10, "host": 5, "gpu": 1})
+    assert [t.tier for t in plan.tiers] == ["gpu", "host", "disk"]
+
+
+def test_capacity_log_reports_every_tier_and_never_sums_them():
+    plan = CapacityPlan.from_blocks(LLAMA, {"gpu": 8192, "host": 61728}, request_tokens=32768)
+    with structlog.testing.capture_logs() as logs:
+        log_capacity(plan, structlog.get_logger("kvobs"))
+    event = next(e for e in logs if e["event"] == "kv_cache_capacity")
+    assert event["tiers"]["host"] == {
+        "blocks": 61728,
+        "tokens": 987648,
+        "bytes": 61728 * 2**21,
+        "gib": round(61728 * 2**21 / GIB, 2),
+        "requests_held": 30.1,
+    }
+    assert event["tiers"]["gpu"]["blocks"] == 8192
+    line = capacity_line(plan)
+    assert "host 61,728 blocks = 987,648 tokens = 120.56 GiB" in line
+    assert "max concurrency 4.00x" in line and "GPU tier only" in line
+    assert "prefixes of 30.1" in line
+    human = next(e for e in logs if e["event"] == line)
+    assert human["log_level"] == "info"
+
+
+def test_describe_has_a_host_line():
+    plan = CapacityPlan.from_blocks(LLAMA, {"gpu": 10, "host": 20}, request_tokens=160)
+    lines = plan.describe()
+    assert any(line.startswith(" HOST KV cache: 20 blocks = 320 tokens") for line in lines)
+    assert any("host pool holds 20 blocks = 320 tokens = prefixes of 2.0" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: CapacityPlan.from_blocks(LLAMA, {"gpu": -1}), "blocks must be a non-negative"),
+        (lambda: CapacityPlan.from_bytes(LLAMA, {"host": -5.0}), "host tier size must be"),
+        (lambda: CapacityPlan.from_blocks(LLAMA, {"GPU!": 1}), "tier name 'GPU!' is invalid"),
+        (lambda: CapacityPlan.from_blocks(LLAMA, {"gpu": 1}, request_tokens=0), "request_tokens"),
+        (lambda: CapacityPlan.from_blocks(LLAMA, {"gpu": 1}).tier("disk"), "not in this plan"),
+        (lambda: TierCapacity("gpu", 1, 16, -1), "block_bytes"),
+    ],
+)
+def test_bad_capacity_input(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call()
