@@ -97,7 +97,7 @@ class Instrumentation:
     """
 
     def __init__(self, target: object, component: str, active: bool = True) -> None:
-        self.target = target
+        self.target: Any = target
         self.component = component
         self.active = active
         self._shadowed: dict[str, tuple[bool, Any]] = {}
