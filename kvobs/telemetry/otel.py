@@ -22,8 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -47,7 +45,6 @@ class OtelBridge:
         recorder: the hot-path recorder to read.
         readers: OpenTelemetry metric readers (Prometheus, OTLP periodic, in-memory...).
         sources: extra series providers (NVML) for catalog metrics the recorder lacks.
-        max_snapshot_age_s: callbacks of one collection share a snapshot this young.
     """
 
     def __init__(
@@ -55,15 +52,11 @@ class OtelBridge:
         recorder: Recorder,
         readers: Sequence[MetricReader],
         sources: Sequence[SeriesSource] = (),
-        max_snapshot_age_s: float = 0.05,
     ) -> None:
         self._recorder = recorder
         self._sources = tuple(sources)
         self._common = {"engine": recorder.engine, "model": recorder.model}
-        self._max_age_ns = int(max_snapshot_age_s * 1e9)
-        self._lock = threading.Lock()
         self._series: Series = {}
-        self._taken_ns = 0
         resource = Resource.create(
             {"service.name": "kvobs", "service.version": __version__, **self._common}
         )
@@ -78,9 +71,8 @@ class OtelBridge:
         self._histogram = meter.create_histogram(
             _DURATION.otel_name, unit=_DURATION.unit, description=_DURATION.help
         )
-        for spec in METRICS:
-            if spec.kind == "histogram":
-                continue
+        observable = [spec for spec in METRICS if spec.kind != "histogram"]
+        for index, spec in enumerate(observable):
             create = (
                 meter.create_observable_counter
                 if spec.kind == "counter"
@@ -88,15 +80,19 @@ class OtelBridge:
             )
             create(
                 spec.otel_name,
-                callbacks=[self._callback(spec)],
+                callbacks=[self._callback(spec, refresh=index == 0)],
                 unit=spec.unit,
                 description=spec.help,
             )
 
-    def _callback(self, spec: MetricSpec):  # type: ignore[no-untyped-def]
+    def _callback(self, spec: MetricSpec, refresh: bool):  # type: ignore[no-untyped-def]
+        # The SDK runs every callback of one collection in registration order, under one
+        # lock shared by all readers: the first callback takes the snapshot the rest read.
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             try:
-                values = self._current_series().get(spec.name, ())
+                if refresh:
+                    self._refresh()
+                values = self._series.get(spec.name, ())
                 return [Observation(v, {**self._common, **labels}) for labels, v in values]
             except Exception as exc:  # a sink failure is counted, never raised
                 self._recorder.error("telemetry.otel", exc)
@@ -104,20 +100,17 @@ class OtelBridge:
 
         return observe
 
-    def _current_series(self) -> Series:
-        with self._lock:
-            now = time.monotonic_ns()
-            if now - self._taken_ns > self._max_age_ns:
-                self._drain_durations()
-                series = snapshot_series(self._recorder.snapshot())
-                for source in self._sources:
-                    try:
-                        for name, values in source().items():
-                            series.setdefault(name, []).extend(values)
-                    except Exception as exc:
-                        self._recorder.error("telemetry.source", exc)
-                self._series, self._taken_ns = series, now
-            return self._series
+    def _refresh(self) -> None:
+        self._series = {}
+        self._drain_durations()
+        series = snapshot_series(self._recorder.snapshot())
+        for source in self._sources:
+            try:
+                for name, values in source().items():
+                    series.setdefault(name, []).extend(values)
+            except Exception as exc:
+                self._recorder.error("telemetry.source", exc)
+        self._series = series
 
     def _drain_durations(self) -> None:
         for link in self._recorder.links:
