@@ -14,7 +14,7 @@ from typing import NamedTuple
 from kvobs.kernels.cpu_copy import STREAM_BYTES, HostCopier
 from kvobs.kernels.link import TransferLink, report_completed, report_failed
 from kvobs.kernels.plan import MappingLike, RunPlanner
-from kvobs.kernels.pools import PoolLike, as_pool, check_compatible
+from kvobs.kernels.pools import Pool, PoolLike, as_pool, check_compatible
 
 
 class TransferStats(NamedTuple):
@@ -52,8 +52,8 @@ class BlockMover:
 
     def __init__(
         self,
-        src: PoolLike,
-        dst: PoolLike,
+        src: PoolLike | Pool,
+        dst: PoolLike | Pool,
         *,
         link: TransferLink | None = None,
         native: bool = True,
@@ -132,10 +132,10 @@ def copy_blocks(
     """
     src_pool, dst_pool = as_pool(src, "src"), as_pool(dst, "dst")
     if src_pool.device.type == "cpu" and dst_pool.device.type == "cpu":
-        BlockMover(src, dst, link=link).copy(mapping)
+        BlockMover(src_pool, dst_pool, link=link).copy(mapping)
         return
     from kvobs.kernels.stream_mover import StreamMover
 
-    mover = StreamMover(src, dst, link=link)
+    mover = StreamMover(src_pool, dst_pool, link=link)
     mover.submit(mapping)
     mover.synchronize()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,7 +75,7 @@ def _check_layer(tensor: object, where: str) -> torch.Tensor:
             f"{where}: the bytes of one block are not contiguous (strides {tensor.stride()}); "
             "pass a tensor whose dims after the block dim are contiguous"
         )
-    block_elems = tensor[0].numel() if tensor.shape[0] else 0
+    block_elems = math.prod(tensor.shape[1:])
     if tensor.shape[0] > 1 and tensor.stride(0) < block_elems:
         raise ValueError(
             f"{where}: blocks overlap (stride {tensor.stride(0)} < {block_elems} elements per "
@@ -83,16 +84,19 @@ def _check_layer(tensor: object, where: str) -> torch.Tensor:
     return tensor
 
 
-def as_pool(pool: PoolLike, role: str) -> Pool:
+def as_pool(pool: PoolLike | Pool, role: str) -> Pool:
     """Validate ``pool`` (a tensor or a sequence of per-layer tensors) and describe it.
 
     Args:
-        pool: ``[num_blocks, ...]`` tensor or a non-empty sequence of them.
+        pool: ``[num_blocks, ...]`` tensor or a non-empty sequence of them (a ``Pool``
+            is returned as it is).
         role: ``"src"`` or ``"dst"``, used in error messages.
 
     Raises:
         ValueError: naming the layer and the problem.
     """
+    if isinstance(pool, Pool):
+        return pool
     layers = (pool,) if isinstance(pool, torch.Tensor) else tuple(pool)
     if not layers:
         raise ValueError(f"{role} pool: got an empty sequence; pass at least one layer tensor")
@@ -113,7 +117,7 @@ def as_pool(pool: PoolLike, role: str) -> Pool:
         layers=checked,
         num_blocks=int(first.shape[0]),
         device=first.device,
-        block_bytes=tuple(t[0].numel() * t.element_size() if t.shape[0] else 0 for t in checked),
+        block_bytes=tuple(math.prod(t.shape[1:]) * t.element_size() for t in checked),
         stride_bytes=tuple(t.stride(0) * t.element_size() for t in checked),
     )
 

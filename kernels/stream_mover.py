@@ -26,7 +26,7 @@ import torch
 from kvobs.kernels.cuda_backend import Backend, CudaBackend, EventLike
 from kvobs.kernels.link import TransferLink, report_completed, report_failed
 from kvobs.kernels.plan import MappingLike, RunPlanner
-from kvobs.kernels.pools import PoolLike, as_pool, check_compatible
+from kvobs.kernels.pools import Pool, PoolLike, as_pool, check_compatible
 
 # Batches whose runs average fewer blocks than this go through the gather kernels.
 GATHER_BELOW_RUN_BLOCKS = 8
@@ -99,8 +99,8 @@ class StreamMover:
 
     def __init__(
         self,
-        src: PoolLike,
-        dst: PoolLike,
+        src: PoolLike | Pool,
+        dst: PoolLike | Pool,
         *,
         link: TransferLink | None = None,
         max_in_flight: int = 32,
