@@ -9,9 +9,16 @@
 # runs it as an unprivileged numeric user (65532), which the chart's runAsNonRoot needs.
 # Nothing is written at run time outside /tmp, so the root filesystem can be read-only.
 #
+# The demo's reference pool runs on torch. From PyPI, torch for x86_64 Linux brings the
+# CUDA libraries (several GB); for a much smaller CPU-only image point pip at a
+# PyTorch CPU wheel index:
+#
+#   docker build --build-arg PIP_EXTRA_INDEX_URL=<PyTorch CPU wheel index> -t kvobs:0.1.0 .
+#
 # Build arguments:
-#   PYTHON_VERSION  base image tag (default 3.11-slim-bookworm)
-#   KVOBS_EXTRAS    pip extras, e.g. "nvml" for GPU memory gauges (default: none)
+#   PYTHON_VERSION       base image tag (default 3.11-slim-bookworm)
+#   KVOBS_EXTRAS         pip extras (default "torch"; "torch,nvml" adds GPU memory gauges)
+#   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL   read by pip in the build stage only
 
 ARG PYTHON_VERSION=3.11-slim-bookworm
 
@@ -22,7 +29,9 @@ FROM python:${PYTHON_VERSION} AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
-ARG KVOBS_EXTRAS=""
+ARG KVOBS_EXTRAS="torch"
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY kvobs ./kvobs

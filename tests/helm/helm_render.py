@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -40,6 +41,21 @@ def find_tool(name: str) -> Path:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def dockerfile_instructions(name: str) -> list[str]:
+    """Arguments of every ``name`` instruction of the Dockerfile (continuations joined)."""
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    return [line.split(None, 1)[1] for line in text.splitlines() if line.startswith(name + " ")]
+
+
+def dockerfile_arg(name: str) -> str:
+    """The default value of build argument ``name``."""
+    for arg in dockerfile_instructions("ARG"):
+        key, _, value = arg.partition("=")
+        if key == name:
+            return value.strip('"')
+    raise AssertionError(f"the Dockerfile has no ARG {name}")
 
 
 def load_manifests(text: str) -> list[Manifest]:

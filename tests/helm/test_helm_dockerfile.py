@@ -7,19 +7,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 import subprocess
 
 import yaml
-from helm_render import CHART_DIR, REPO, find_tool
+from helm_render import CHART_DIR, REPO, dockerfile_instructions, find_tool
 
 DOCKERFILE = REPO / "Dockerfile"
-
-
-def instructions(name: str) -> list[str]:
-    """Arguments of every ``name`` instruction (continuation lines joined)."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    return [line.split(None, 1)[1] for line in text.splitlines() if line.startswith(name + " ")]
 
 
 def test_hadolint_passes() -> None:
@@ -34,7 +27,7 @@ def test_hadolint_passes() -> None:
 def test_image_runs_as_the_numeric_user_the_chart_expects() -> None:
     # runAsNonRoot can only be verified by the kubelet for a numeric USER.
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["demo"]
-    (user,) = instructions("USER")
+    (user,) = dockerfile_instructions("USER")
     uid, _, gid = user.partition(":")
     assert uid.isdigit() and int(uid) != 0
     assert int(uid) == values["podSecurityContext"]["runAsUser"]
@@ -43,10 +36,10 @@ def test_image_runs_as_the_numeric_user_the_chart_expects() -> None:
 
 def test_entrypoint_and_port_match_the_demo_deployment() -> None:
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["demo"]
-    assert instructions("ENTRYPOINT") == ['["kvobs"]']
-    (cmd,) = instructions("CMD")
+    assert dockerfile_instructions("ENTRYPOINT") == ['["kvobs"]']
+    (cmd,) = dockerfile_instructions("CMD")
     assert json.loads(cmd) == ["demo", "--metrics-addr", f"0.0.0.0:{values['port']}"]
-    assert instructions("EXPOSE") == [str(values["port"])]
+    assert dockerfile_instructions("EXPOSE") == [str(values["port"])]
 
 
 def test_build_context_holds_everything_copied() -> None:
@@ -68,7 +61,7 @@ def test_build_context_holds_everything_copied() -> None:
 
     sources = [
         src
-        for args in instructions("COPY")
+        for args in dockerfile_instructions("COPY")
         if not args.startswith("--from")
         for src in args.split()[:-1]
     ]
