@@ -59,6 +59,7 @@ class TierRecorder:
         "block_tokens",
         "capacity_blocks",
         "evictions",
+        "evictions_capacity",
         "frees_to_cache",
         "frees_to_free",
         "name",
@@ -76,7 +77,8 @@ class TierRecorder:
         self.frees_to_free = 0
         self.reuses = 0
         self.stores = 0
-        self.evictions = dict.fromkeys(EVICTION_REASONS, 0)
+        self.evictions_capacity = 0
+        self.evictions = dict.fromkeys(EVICTION_REASONS, 0)  # "capacity" stays 0 here
         self._resident: tuple[int, int] | None = None
         self._resident_source: ResidentSource | None = None
 
@@ -101,6 +103,9 @@ class TierRecorder:
 
     def evicted(self, n: int = 1, reason: str = "capacity") -> None:
         """``n`` cached blocks were dropped (cached -> free); unknown reasons count as other."""
+        if reason == "capacity":  # the common case skips the dict
+            self.evictions_capacity += n
+            return
         try:
             self.evictions[reason] += n
         except KeyError:
@@ -121,11 +126,13 @@ class TierRecorder:
 
     def snapshot(self) -> TierSnapshot:
         """Point-in-time copy of the counters and occupancy."""
-        evictions = dict(self.evictions)
-        frees = self.frees_to_cache + self.frees_to_free
         resident = self._resident
         if self._resident_source is not None:
+            # First: an adapter that derives counters from engine state settles them here.
             resident = self._resident_source()
+        evictions = dict(self.evictions)
+        evictions["capacity"] = self.evictions_capacity
+        frees = self.frees_to_cache + self.frees_to_free
         if resident is None:
             resident = (
                 self.allocations + self.reuses - frees,

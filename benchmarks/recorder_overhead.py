@@ -1,0 +1,116 @@
+"""Cost of one recorder event next to a bare counter increment, measured in one run.
+
+Each figure is the median over interleaved repeats of a loop of N calls, minus the cost
+of the empty loop, so the ratio compares like with like on a noisy 2-core machine.
+
+    python benchmarks/recorder_overhead.py            # table
+    python benchmarks/recorder_overhead.py --json     # machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+from kvobs.recorder import Recorder
+
+
+class _Bare:
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def _loops(n: int) -> dict[str, Callable[[], None]]:
+    rec = Recorder()
+    gpu = rec.add_tier("gpu", capacity_blocks=1 << 30, block_tokens=16, block_bytes=1)
+    link = rec.link("gpu", "host")
+    bare = _Bare()
+    allocated, freed, reused, evicted = gpu.allocated, gpu.freed, gpu.reused, gpu.evicted
+    lookup, completed = rec.lookup, link.completed
+
+    def empty() -> None:
+        for _ in range(n):
+            pass
+
+    def bare_increment() -> None:
+        for _ in range(n):
+            bare.count += 1
+
+    def tier_allocated() -> None:
+        for _ in range(n):
+            allocated(1)
+
+    def tier_freed_cached() -> None:
+        for _ in range(n):
+            freed(1, True)
+
+    def tier_reused() -> None:
+        for _ in range(n):
+            reused(1)
+
+    def tier_evicted() -> None:
+        for _ in range(n):
+            evicted(1, "capacity")
+
+    def lookup_per_request() -> None:
+        for _ in range(n):
+            lookup(512, 256, 128)
+
+    def link_completed_per_batch() -> None:
+        for _ in range(n):
+            completed(16, 1 << 20, 1e-4)
+        link.drain_durations()
+
+    return {
+        "empty_loop": empty,
+        "bare_increment": bare_increment,
+        "tier.allocated": tier_allocated,
+        "tier.freed(cached)": tier_freed_cached,
+        "tier.reused": tier_reused,
+        "tier.evicted(reason)": tier_evicted,
+        "rec.lookup (per request)": lookup_per_request,
+        "link.completed (per batch)": link_completed_per_batch,
+    }
+
+
+def measure(n: int, repeats: int) -> dict[str, float]:
+    """Median ns per call of every loop, the empty loop's cost subtracted."""
+    loops = _loops(n)
+    samples: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(repeats):  # interleave so that noise hits every loop alike
+        for name, loop in loops.items():
+            start = time.perf_counter_ns()
+            loop()
+            samples[name].append((time.perf_counter_ns() - start) / n)
+    empty = statistics.median(samples.pop("empty_loop"))
+    return {name: statistics.median(values) - empty for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200_000, help="calls per timed loop")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved repeats")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args()
+    results = measure(args.calls, args.repeats)
+    bare = results["bare_increment"]
+    rows = [
+        {"event": name, "ns_per_call": round(ns, 1), "ratio_to_bare_increment": round(ns / bare, 2)}
+        for name, ns in results.items()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{'event':<28} {'ns/call':>8} {'x bare +=':>10}")
+    for row in rows:
+        print(f"{row['event']:<28} {row['ns_per_call']:>8.1f} {row['ratio_to_bare_increment']:>10.2f}")
+    print("(median of interleaved repeats, empty-loop cost subtracted; target <= 100 ns per block event)")
+
+
+if __name__ == "__main__":
+    main()
