@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -84,3 +85,17 @@ def test_values_yaml_documents_every_schema_option() -> None:
         return missing
 
     assert keys(values, schema, "") == []
+
+
+def test_readme_names_only_real_values() -> None:
+    """Every `a.b.c` value path the chart README mentions exists in values.yaml."""
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    readme = (CHART_DIR / "README.md").read_text()
+    mentioned = set(re.findall(r"`([a-zA-Z]+(?:\.[a-zA-Z]+)+)[=`]", readme))
+    paths = {p for p in mentioned if p.split(".")[0] in values}
+    assert len(paths) >= 10, sorted(mentioned)
+    for path in sorted(paths):
+        node = values
+        for part in path.split("."):
+            assert isinstance(node, dict) and part in node, f"README names unknown value {path}"
+            node = node[part]
