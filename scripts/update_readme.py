@@ -18,10 +18,10 @@ START, END = "<!-- metrics-table:start -->", "<!-- metrics-table:end -->"
 
 def render(text: str) -> str:
     """``text`` with the metrics table between the markers replaced by the catalog's."""
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md lacks the {START} ... {END} markers")
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
-    if not rest or not tail and END not in rest:
-        raise SystemExit(f"README.md lacks the {START} ... {END} markers")
     return f"{head}{START}\n{markdown_table()}\n{END}{tail}"
 
 
