@@ -166,5 +166,5 @@ class CudaBackend:
         if layer.shape[0] and not layer.is_pinned():
             raise ValueError(
                 f"{where}: host memory is not pinned, so copies to or from the GPU would block; "
-                "allocate it with pin_memory=True (see kvobs.kernels.host_pool)"
+                "allocate it with torch.empty(..., pin_memory=True)"
             )

@@ -102,6 +102,7 @@ class ServingLoop:
             self.stats.admitted += 1
             end = self.now_s + self._service_time(request, allocation)
             heapq.heappush(self._running, (end, next(self._order), request, allocation))
+        self.pool.poll_transfers()
         self.stats.running, self.stats.waiting = len(self._running), len(self._waiting)
 
     def _service_time(self, request: Request, allocation: Allocation) -> float:

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import torch
 
 from kvobs.errors import ConfigError
-from kvobs.kernels import copy_blocks
-from kvobs.kernels.mover import BlockMover
+from kvobs.kernels import BlockMover
+from kvobs.kernels.stream_mover import StreamMover
 from kvobs.layout import KVLayout, dtype_bytes
 from kvobs.pool.hashing import Segment, block_hashes
 from kvobs.recorder import Recorder
@@ -56,23 +56,36 @@ class Allocation:
 
 
 class _Mover:
-    """A synchronous batched copy in one direction, reported to a recorder link."""
+    """Batched copies in one direction, reported to a recorder link.
+
+    On CPU the copy is synchronous. With a CUDA tier it is queued on the direction's own
+    stream; the compute stream waits on its event (no host sync), and ``poll`` reports
+    finished transfers with their device-timed durations.
+    """
 
     def __init__(
         self, src: torch.Tensor, dst: torch.Tensor, recorder: Recorder, link: tuple[str, str]
     ):
-        self._link = recorder.link(*link)
-        self._src, self._dst = src, dst
-        on_cpu = src.device.type == "cpu" and dst.device.type == "cpu"
-        self._mover = BlockMover(src, dst, link=self._link) if on_cpu else None
+        link_recorder = recorder.link(*link)
+        self._host: BlockMover | None = None
+        self._device: StreamMover | None = None
+        if src.device.type == "cpu" and dst.device.type == "cpu":
+            self._host = BlockMover(src, dst, link=link_recorder)
+        else:
+            self._device = StreamMover(src, dst, link=link_recorder)
 
     def copy(self, pairs: list[tuple[int, int]]) -> None:
         if not pairs:
             return
-        if self._mover is not None:
-            self._mover.copy(pairs)
-        else:
-            copy_blocks(self._src, self._dst, pairs, link=self._link)
+        if self._host is not None:
+            self._host.copy(pairs)
+        elif self._device is not None:
+            self._device.submit(pairs).wait()
+            self._device.poll()
+
+    def poll(self) -> None:
+        if self._device is not None:
+            self._device.poll()
 
 
 class TieredKVPool:
@@ -189,6 +202,11 @@ class TieredKVPool:
                 cached += 1
         self._gpu.freed(cached, cached=True)
         self._gpu.freed(emptied, cached=False)
+
+    def poll_transfers(self) -> None:
+        """Report finished asynchronous (CUDA) transfers; a no-op on CPU."""
+        self._offload.poll()
+        self._onload.poll()
 
     def occupancy(self) -> dict[str, tuple[int, int]]:
         """Ground truth ``(in_use, cached)`` per tier, read from the pool's own structures."""
