@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+
 from kvobs.kernels import NATIVE_AVAILABLE, BlockMover
 from kvobs.kernels._ext import native
 

@@ -9,6 +9,7 @@ run per layer; it is correct everywhere but pays torch's per-call cost for every
 from __future__ import annotations
 
 import torch
+
 from kvobs.kernels._ext import native as _native
 from kvobs.kernels.plan import RunPlanner
 from kvobs.kernels.pools import Pool

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
+
 from kvobs.kernels._ext import native as _native
 
 MappingLike = Sequence[Sequence[int]] | torch.Tensor

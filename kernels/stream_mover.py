@@ -23,6 +23,7 @@ from collections import deque
 from typing import Any
 
 import torch
+
 from kvobs.kernels.cuda_backend import Backend, CudaBackend, EventLike
 from kvobs.kernels.link import TransferLink, report_completed, report_failed
 from kvobs.kernels.plan import MappingLike, RunPlanner

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+
 from kvobs.kernels.cuda_backend import as_words
 
 

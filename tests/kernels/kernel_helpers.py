@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+
 from kvobs.kernels import NATIVE_AVAILABLE
 
 # The torch route always runs; the native route must run too wherever CI builds it.

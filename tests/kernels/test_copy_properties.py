@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
+
 from kvobs.kernels import BlockMover, copy_blocks
 from kvobs.kernels.plan import MappingLike
 

@@ -10,8 +10,8 @@ import os
 import pytest
 import torch
 from kernel_helpers import IMPLEMENTATIONS, filled_pool
-from kvobs.kernels import NATIVE_AVAILABLE, BlockMover, TransferLink, copy_blocks
 
+from kvobs.kernels import NATIVE_AVAILABLE, BlockMover, TransferLink, copy_blocks
 from kvobs.recorder import Recorder
 
 

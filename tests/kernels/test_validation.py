@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_helpers import IMPLEMENTATIONS, filled_pool, same_bytes
-from kvobs.kernels import BlockMover, copy_blocks
 
+from kvobs.kernels import BlockMover, copy_blocks
 from kvobs.recorder import Recorder
 
 
