@@ -73,13 +73,11 @@ def _lookups() -> Section:
                                 sum_by("", tokens), "ignoring (outcome) group_left ()"),
                           "{{outcome}}")],
                    ratio=True),
-        timeseries("Lookups",
-                   "Prefix-cache lookups per second (one per admitted request) and the mean "
-                   "prompt tokens per lookup.",
-                   "short",
-                   [Query(sum_by("", rate("kvobs_lookups_total")), "lookups/s"),
-                    Query(ratio(sum_by("", tokens), sum_by("", rate("kvobs_lookups_total"))),
-                          "tokens per lookup")]),
+        timeseries("Lookups per second",
+                   "Prefix-cache lookups per second, one per admitted request. Together with "
+                   "'Lookup tokens by outcome' it gives the prompt tokens per request.",
+                   "short", [Query(sum_by("", rate("kvobs_lookups_total")), "lookups/s")],
+                   axis_label="lookups/s"),
     ])
 
 

@@ -95,8 +95,9 @@ def _draw_heatmap(ax: Axes, panel: PanelData) -> None:
     cumulative = np.array([[dict(s.finite_samples).get(t, 0.0) for t in grid] for s in buckets])
     per_bucket = np.diff(cumulative, axis=0, prepend=0.0).clip(min=0.0)
     bounds = [float(s.labels.get("le", "inf")) for s in buckets]
-    mesh = ax.pcolormesh(np.array(grid), np.arange(len(bounds) + 1), per_bucket,
-                         cmap="Oranges", shading="flat" if len(grid) > 1 else "auto")
+    step = grid[-1] - grid[-2] if len(grid) > 1 else 1.0
+    edges = np.array([*grid, grid[-1] + step]) - step / 2  # one cell centred on each sample
+    mesh = ax.pcolormesh(edges, np.arange(len(bounds) + 1), per_bucket, cmap="Oranges")
     ax.set_yticks(np.arange(len(bounds)) + 1)
     ax.set_yticklabels(["+Inf" if math.isinf(b) else format_value(b, panel.unit)
                         for b in bounds], fontsize=6)

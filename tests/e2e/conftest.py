@@ -1,0 +1,52 @@
+"""Fixtures for the end-to-end tests: a real ``kvobs demo`` scraped by a real Prometheus."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboards"))
+
+from e2e_servers import Server, start_demo, start_prometheus
+from prom_tools import REPO, find_prometheus_tool
+
+RULE_FILES = sorted((REPO / "dashboards" / "rules").glob("*.rules.yaml"))
+
+# A small GPU tier and a busy chat workload: offloads, host hits with onloads, host
+# evictions and thrash all happen within seconds.
+DEMO_ARGS = ("--gpu-blocks", "192", "--host-blocks", "768", "--rate", "4",
+             "--summary-interval", "0", "--seed", "7")
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> Path:
+    return find_prometheus_tool("prometheus")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start_demo(tmp_path_factory.mktemp("demo"), 240, *DEMO_ARGS)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def prometheus(prometheus_binary: Path, demo: Server,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    target = demo.url.removeprefix("http://")
+    server = start_prometheus(prometheus_binary, tmp_path_factory.mktemp("prometheus"),
+                              [target], RULE_FILES)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def bare_prometheus(prometheus_binary: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A Prometheus that scrapes nothing: every kvobs query is empty."""
+    server = start_prometheus(prometheus_binary, tmp_path_factory.mktemp("bare"), [], [])
+    yield server
+    server.stop()
