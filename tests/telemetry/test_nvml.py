@@ -1,0 +1,84 @@
+"""NVML: real series when a GPU answers, one info line and no fake zeros when it does not."""
+
+import types
+from collections import namedtuple
+
+import structlog
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from kvobs.nvml import NvmlSource, nvml_source, pcie_peak_bytes_per_second
+from kvobs.recorder import Recorder
+from kvobs.telemetry.otel import OtelBridge
+
+
+def test_pcie_peak_per_direction():
+    assert pcie_peak_bytes_per_second(3, 16) == 15_753_846_153  # 8 GT/s, 128b/130b, x16
+    assert pcie_peak_bytes_per_second(5, 16) == 63_015_384_615
+    assert pcie_peak_bytes_per_second(4, 8) == pcie_peak_bytes_per_second(4, 16) // 2
+    assert pcie_peak_bytes_per_second(99, 16) == 0
+
+
+def test_absent_nvml_logs_once_and_exports_nothing():
+    with structlog.testing.capture_logs() as logs:
+        source = nvml_source(structlog.get_logger("kvobs"))
+    assert source is None  # no GPU and no nvidia-ml-py on this machine
+    assert [e["event"] for e in logs] == ["nvml_unavailable"]
+    assert logs[0]["log_level"] == "info"
+    reader = InMemoryMetricReader()
+    bridge = OtelBridge(Recorder(), [reader])
+    data = reader.get_metrics_data()
+    names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert not {n for n in names if "gpu_memory" in n or "pcie" in n}
+    bridge.shutdown()
+
+
+def fake_nvml(devices):
+    """The NVML library needs a GPU driver; this stands in for its Python binding only."""
+    memory = namedtuple("Memory", "total used free")
+    return types.SimpleNamespace(
+        nvmlDeviceGetCount=lambda: len(devices),
+        nvmlDeviceGetHandleByIndex=lambda i: devices[i],
+        nvmlDeviceGetMemoryInfo=lambda d: memory(d["total"], d["used"], d["total"] - d["used"]),
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda d: d["gen"],
+        nvmlDeviceGetCurrPcieLinkWidth=lambda d: d["width"],
+    )
+
+
+def test_source_reads_every_device():
+    h200 = {"total": 141 * 2**30, "used": 100 * 2**30, "gen": 5, "width": 16}
+    narrow = {"total": 80 * 2**30, "used": 0, "gen": 4, "width": 8}
+    series = NvmlSource(fake_nvml([h200, narrow]))()
+    assert series["kvobs_gpu_memory_total_bytes"] == [
+        ({"device": "0"}, 141 * 2**30),
+        ({"device": "1"}, 80 * 2**30),
+    ]
+    assert series["kvobs_gpu_memory_used_bytes"][0] == ({"device": "0"}, 100 * 2**30)
+    assert series["kvobs_pcie_link_width"][1] == ({"device": "1"}, 8)
+    peak = dict(
+        (labels["device"], v) for labels, v in series["kvobs_pcie_peak_bandwidth_bytes_per_second"]
+    )
+    assert peak == {"0": 63_015_384_615, "1": pcie_peak_bytes_per_second(4, 8)}
+
+
+def test_nvml_series_keep_their_catalog_names_on_metrics():
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvobs.telemetry.prometheus import start_metrics_server
+
+    server = start_metrics_server("127.0.0.1:0")
+    h100 = {"total": 80 * 2**30, "used": 2**30, "gen": 5, "width": 16}
+    bridge = OtelBridge(Recorder(), [server.reader], sources=[NvmlSource(fake_nvml([h100]))])
+    try:
+        text = generate_latest(server.registry).decode()
+    finally:
+        bridge.shutdown()
+        server.close()
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert {
+        "kvobs_gpu_memory_total_bytes",
+        "kvobs_gpu_memory_used_bytes",
+        "kvobs_pcie_link_generation",
+        "kvobs_pcie_link_width",
+        "kvobs_pcie_peak_bandwidth_bytes_per_second",
+    } <= names
