@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kvobs.dashboards import DASHBOARDS, dashboard_json
 from prom_tools import REPO, find_prometheus_tool
+
+from kvobs.dashboards import DASHBOARDS, dashboard_json
 
 
 @pytest.fixture(scope="session")

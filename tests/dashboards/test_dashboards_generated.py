@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from kvobs.cli import main
 from kvobs.dashboards import DASHBOARDS, RULE_FILES, drift, render
 from kvobs.dashboards.promql import problems
 from kvobs.dashboards.recording_rules import recorded_names
 from kvobs.dashboards.variables import FILTERS
-
-from kvobs.cli import main
 from kvobs.report.fetch import data_panels
 
 STABLE_DASHBOARDS = {"kvobs-tiers", "kvobs-host-pool", "kvobs-fleet"}

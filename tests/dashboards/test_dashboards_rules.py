@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from kvobs.dashboards.promql import problems
 from kvobs.dashboards.recording_rules import recorded_names
 

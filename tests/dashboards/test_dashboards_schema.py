@@ -14,8 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 from grafanalib._gen import DashboardEncoder
-from kvobs.dashboards import tiers
 
+from kvobs.dashboards import tiers
 from kvobs.report.fetch import data_panels
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "dashboards" / "schema"
@@ -38,7 +38,10 @@ def test_schema_is_pinned() -> None:
     assert SOURCE["package"] == "@grafana/schema"
     assert SOURCE["version"] == "13.2.3"
     assert SOURCE["schemaVersion"] >= 41
-    assert (SCHEMA_DIR / "regenerate.sh").is_file()
+    script = (SCHEMA_DIR / "regenerate.sh").read_text()
+    assert f'GRAFANA_SCHEMA_VERSION="${{GRAFANA_SCHEMA_VERSION:-{SOURCE["version"]}}}"' in script
+    assert SOURCE["generator"] == "ts-json-schema-generator@2.10.0"
+    assert 'GENERATOR_VERSION="${GENERATOR_VERSION:-2.10.0}"' in script
 
 
 def test_dashboard_validates(board: dict[str, Any]) -> None:

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from conftest import RULE_FILES
 from e2e_servers import Server, poll
+
 from kvobs.dashboards import DASHBOARDS, dashboard_json
 from kvobs.dashboards.promql import GPU_ONLY_METRICS, metric_names, substitute
 from kvobs.dashboards.variables import FILTERS, all_values
-
 from kvobs.report.fetch import data_panels
 from kvobs.report.prometheus_api import PrometheusClient, QueryFailed, Series
 from kvobs.report.render import PANELS_KEY
