@@ -6,19 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helm_render import CHART_DIR, EXAMPLE_VALUES, VALUES_DIR, HelmChart, find_tool
-
-# Values files every render-level test runs through: the defaults, each scenario under
-# values/, and the vLLM example users copy.
-SCENARIOS: list[Path | None] = [None, *sorted(VALUES_DIR.glob("*.yaml")), EXAMPLE_VALUES]
-
-
-def scenario_id(path: Path | None) -> str:
-    return "defaults" if path is None else path.stem
-
-
-def scenario_args(path: Path | None) -> tuple[str, ...]:
-    return () if path is None else ("--values", str(path))
+from helm_render import CHART_DIR, HelmChart, find_tool
 
 
 @pytest.fixture(scope="session")

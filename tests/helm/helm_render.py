@@ -28,6 +28,18 @@ EXAMPLE_VALUES = CHART_DIR / "examples" / "vllm-values.yaml"
 MONITORING_API = "monitoring.coreos.com/v1"
 Manifest = dict[str, Any]
 
+# Values files every render-level test runs through: the defaults, each scenario under
+# values/, and the vLLM example users copy.
+SCENARIOS: list[Path | None] = [None, *sorted(VALUES_DIR.glob("*.yaml")), EXAMPLE_VALUES]
+
+
+def scenario_id(path: Path | None) -> str:
+    return "defaults" if path is None else path.stem
+
+
+def scenario_args(path: Path | None) -> tuple[str, ...]:
+    return () if path is None else ("--values", str(path))
+
 
 def find_tool(name: str) -> Path:
     """The binary from $REPO/.tools/bin or PATH; skips the test, or fails it when CI is set."""
@@ -72,6 +84,24 @@ def one(docs: Iterable[Manifest], kind: str) -> Manifest:
     found = by_kind(docs, kind)
     assert len(found) == 1, f"expected one {kind}, rendered {len(found)}"
     return found[0]
+
+
+def selects(selector: Manifest, labels: dict[str, str]) -> bool:
+    """Kubernetes LabelSelector semantics (matchLabels and matchExpressions)."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values", [])
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[operator]
+        if not ok:
+            return False
+    return True
 
 
 class HelmError(AssertionError):

@@ -14,8 +14,7 @@ from typing import Any
 import pydantic
 import pytest
 from cloudcoil.models.prometheus_operator import v1 as operator
-from conftest import SCENARIOS, scenario_args, scenario_id
-from helm_render import HelmChart, Manifest, one
+from helm_render import SCENARIOS, HelmChart, Manifest, one, scenario_args, scenario_id
 
 MODELS: dict[str, type[pydantic.BaseModel]] = {
     "PodMonitor": operator.PodMonitor,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helm_render import EXAMPLE_VALUES, HelmChart, Manifest, by_kind, one
-from test_helm_render import selects
+from helm_render import EXAMPLE_VALUES, HelmChart, Manifest, by_kind, one, selects
 
 ARGS = ("--values", str(EXAMPLE_VALUES))
 

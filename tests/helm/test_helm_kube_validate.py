@@ -14,8 +14,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from conftest import SCENARIOS, scenario_args, scenario_id
-from helm_render import HelmChart, Manifest
+from helm_render import SCENARIOS, HelmChart, Manifest, scenario_args, scenario_id
 
 KUBE_VERSIONS = ["1.29.0", "1.33.0"]
 CUSTOM_GROUPS = ("monitoring.coreos.com/",)

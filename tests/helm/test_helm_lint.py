@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import SCENARIOS, scenario_args, scenario_id
-from helm_render import HelmChart
+from helm_render import SCENARIOS, HelmChart, scenario_args, scenario_id
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["discovered-api", "forced-crs"])

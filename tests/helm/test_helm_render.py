@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from helm_render import MONITORING_API, HelmChart, Manifest, by_kind, one
+from helm_render import MONITORING_API, HelmChart, Manifest, by_kind, one, selects
 
 MONITORING_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
 
 
 def kinds(docs: list[Manifest]) -> set[str]:
     return {doc["kind"] for doc in docs}
-
-
-def selects(selector: Manifest, labels: dict[str, str]) -> bool:
-    """Kubernetes LabelSelector semantics (matchLabels and matchExpressions)."""
-    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
-        return False
-    for expression in selector.get("matchExpressions", []):
-        key, operator = expression["key"], expression["operator"]
-        values = expression.get("values", [])
-        ok = {
-            "In": key in labels and labels[key] in values,
-            "NotIn": key not in labels or labels[key] not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[operator]
-        if not ok:
-            return False
-    return True
 
 
 def test_custom_resources_need_the_monitoring_api(chart: HelmChart) -> None:
