@@ -10,15 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboards"))
 
-from e2e_servers import Server, start_demo, start_prometheus
-from prom_tools import REPO, find_prometheus_tool
-
-RULE_FILES = sorted((REPO / "dashboards" / "rules").glob("*.rules.yaml"))
-
-# A small GPU tier and a busy chat workload: offloads, host hits with onloads, host
-# evictions and thrash all happen within seconds.
-DEMO_ARGS = ("--gpu-blocks", "192", "--host-blocks", "768", "--rate", "4",
-             "--summary-interval", "0", "--seed", "7")
+from e2e_servers import DEMO_ARGS, RULE_FILES, Server, start_demo, start_prometheus
+from prom_tools import find_prometheus_tool
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,14 @@ import yaml
 
 T = TypeVar("T")
 
+REPO = Path(__file__).resolve().parents[2]
+RULE_FILES = sorted((REPO / "dashboards" / "rules").glob("*.rules.yaml"))
+
+# A small GPU tier and a busy chat workload: offloads, host hits with onloads, host
+# evictions and thrash all happen within seconds.
+DEMO_ARGS = ("--gpu-blocks", "192", "--host-blocks", "768", "--rate", "4",
+             "--summary-interval", "0", "--seed", "7")
+
 
 def free_port() -> int:
     with socket.socket() as sock:
