@@ -55,7 +55,7 @@ def _dump_yaml(groups: list[dict[str, Any]]) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     _Dumper.add_representer(str, _text)
-    body = yaml.dump({"groups": groups}, Dumper=_Dumper, sort_keys=False, width=100,
+    body = yaml.dump({"groups": groups}, Dumper=_Dumper, sort_keys=False, width=4096,
                      allow_unicode=True)
     return _HEADER + body
 
