@@ -75,11 +75,10 @@ class BlockPoolInstrumentation(Instrumentation):
             if before == (tier.allocations, tier.reuses, self.hashes_gained,
                           pool.free_block_queue.num_free_blocks):
                 break
-        evictions = tier.evictions
         capacity = self.hashes_gained - hashed - self.hashes_dropped
-        evictions["capacity"] = max(evictions["capacity"], capacity)
-        to_cache = (cached + tier.reuses + evictions["capacity"] + evictions["explicit"]
-                    + evictions["reset"])
+        tier.evictions_capacity = max(tier.evictions_capacity, capacity)
+        to_cache = (cached + tier.reuses + tier.evictions_capacity
+                    + tier.evictions["explicit"] + tier.evictions["reset"])
         tier.frees_to_cache = max(tier.frees_to_cache, to_cache)
         frees = tier.allocations + tier.reuses - in_use
         tier.frees_to_free = max(tier.frees_to_free, frees - tier.frees_to_cache)
