@@ -27,8 +27,10 @@ test: deps
 	$(BIN)/python -m pytest
 
 lint: setup
-	$(BIN)/ruff check kvobs kernels tests benchmarks
+	$(BIN)/ruff check kvobs kernels dashboards tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/mypy dashboards
+	cd kernels && ../$(BIN)/mypy --strict --ignore-missing-imports --explicit-package-bases .
 
 bench: setup
 	$(BIN)/python benchmarks/recorder_overhead.py
