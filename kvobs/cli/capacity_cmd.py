@@ -12,7 +12,7 @@ from typing import Any
 
 from kvobs.capacity import GIB, CapacityPlan
 from kvobs.cli.model_options import add_model_options, layout_from_args
-from kvobs.cli.options import add_option, non_negative_float, positive_float, positive_int
+from kvobs.cli.options import add_flag, add_option, non_negative_float, positive_float, positive_int
 from kvobs.errors import ConfigError
 
 
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
         default=8192,
         help="request length (prompt + output) used to interpret capacity",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_flag(parser, "--json", help="print JSON instead of a table")
     parser.set_defaults(handler=run)
 
 

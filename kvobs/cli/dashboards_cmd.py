@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvobs.cli.options import add_option
+from kvobs.cli.options import add_flag, add_option
 from kvobs.errors import ConfigError
 
 
@@ -29,10 +29,14 @@ def register(subparsers: Any) -> None:
         "Prometheus recording and alert rules from their sources, into dashboards/ and the "
         "Helm chart's files/.",
     )
-    add_option(parser, "--root", type=Path, default=None,
-               help="repository root to write into (default: the checkout kvobs runs from)")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if any generated file is stale")
+    add_option(
+        parser,
+        "--root",
+        type=Path,
+        default=None,
+        help="repository root to write into (default: the checkout kvobs runs from)",
+    )
+    add_flag(parser, "--check", help="write nothing; exit 1 if any generated file is stale")
     parser.set_defaults(handler=run)
 
 
@@ -41,12 +45,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         from kvobs.dashboards import drift, source_root, write
     except ImportError as exc:
-        raise ConfigError(f"kvobs dashboards needs {exc.name}: pip install grafanalib pyyaml "
-                          "(or the project's dev extra)") from None
+        raise ConfigError(
+            f"kvobs dashboards needs {exc.name}: pip install grafanalib pyyaml "
+            "(or the project's dev extra)"
+        ) from None
     root = args.root or source_root()
     if root is None:
-        raise ConfigError("--root is required: kvobs is not running from a source checkout; "
-                          "pass the repository root that holds dashboards/ and helm/")
+        raise ConfigError(
+            "--root is required: kvobs is not running from a source checkout; "
+            "pass the repository root that holds dashboards/ and helm/"
+        )
     if not (root / "dashboards").is_dir():
         raise ConfigError(f"--root {root} has no dashboards/ directory: pass the repository root")
     if args.check:

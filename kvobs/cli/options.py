@@ -68,6 +68,29 @@ def _parse(kind: Callable[[str], _T], text: str, what: str) -> _T:
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
+def boolean(text: str) -> bool:
+    """argparse/env type: 1/true/yes/on or 0/false/no/off."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (use true or false)")
+
+
+def add_flag(parser: argparse.ArgumentParser | Any, flag: str, *, help: str) -> None:
+    """Add a store-true ``flag`` whose ``KVOBS_*`` twin (true/false) sets its default."""
+    env = env_name(flag)
+    raw = os.environ.get(env)
+    default = False
+    if raw is not None:
+        try:
+            default = boolean(raw)
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"environment variable {env}={raw!r} is invalid: {exc}") from None
+    parser.add_argument(flag, action="store_true", default=default, help=f"{help} [env {env}]")
+
+
 def add_option(
     parser: argparse.ArgumentParser | Any,
     flag: str,

@@ -39,26 +39,42 @@ def register(subparsers: Any) -> None:
         description="Run every panel query of the KV cache tiers dashboard against a "
         "Prometheus server and draw one PNG with one plot per panel.",
     )
-    add_option(parser, "--prometheus", default=None,
-               help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    add_option(
+        parser, "--prometheus", default=None, help="Prometheus base URL, e.g. http://127.0.0.1:9090"
+    )
     add_option(parser, "--out", default=None, help="PNG file to write")
-    add_option(parser, "--range", type=duration, default=900.0,
-               help="history to draw, e.g. 15m or 2h (seconds)")
-    add_option(parser, "--rate-interval", default="1m",
-               help="window of rate() in the panel queries ($__rate_interval)")
-    add_option(parser, "--timeout", type=positive_float, default=10.0,
-               help="seconds to wait for each Prometheus answer")
+    add_option(
+        parser,
+        "--range",
+        type=duration,
+        default=900.0,
+        help="history to draw, e.g. 15m or 2h (seconds)",
+    )
+    add_option(
+        parser,
+        "--rate-interval",
+        default="1m",
+        help="window of rate() in the panel queries ($__rate_interval)",
+    )
+    add_option(
+        parser,
+        "--timeout",
+        type=positive_float,
+        default=10.0,
+        help="seconds to wait for each Prometheus answer",
+    )
     for name, _label, help_ in FILTERS:
-        add_option(parser, f"--{name}", default=None,
-                   help=f"regex on the {name} label: {help_}")
+        add_option(parser, f"--{name}", default=None, help=f"regex on the {name} label: {help_}")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the PNG and say where."""
     if not args.prometheus:
-        raise ConfigError("--prometheus is required: pass the Prometheus URL, e.g. "
-                          "--prometheus http://127.0.0.1:9090")
+        raise ConfigError(
+            "--prometheus is required: pass the Prometheus URL, e.g. "
+            "--prometheus http://127.0.0.1:9090"
+        )
     if not args.out:
         raise ConfigError("--out is required: pass the PNG path to write, e.g. --out tiers.png")
     if not _DURATION.match(args.rate_interval):
@@ -66,12 +82,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         from kvobs.report import build_report
     except ImportError as exc:
-        raise ConfigError(f"kvobs report needs {exc.name}: pip install matplotlib grafanalib "
-                          "pyyaml (or the project's dev extra)") from None
-    filters = {name: getattr(args, name) for name, _l, _h in FILTERS
-               if getattr(args, name) is not None}
-    titles = build_report(args.prometheus, args.out, range_s=args.range,
-                          rate_interval=args.rate_interval, filters=filters,
-                          timeout_s=args.timeout)
+        raise ConfigError(
+            f"kvobs report needs {exc.name}: pip install matplotlib grafanalib "
+            "pyyaml (or the project's dev extra)"
+        ) from None
+    filters = {
+        name: getattr(args, name) for name, _l, _h in FILTERS if getattr(args, name) is not None
+    }
+    titles = build_report(
+        args.prometheus,
+        args.out,
+        range_s=args.range,
+        rate_interval=args.rate_interval,
+        filters=filters,
+        timeout_s=args.timeout,
+    )
     print(f"wrote {args.out}: {len(titles)} panels of the KV cache tiers dashboard")
     return 0
