@@ -19,21 +19,40 @@ declare -A ENGINE_PKG=(
     [lmcache]="lmcache==0.5.6"
 )
 declare -A ENGINE_LIST=(
-    [vllm]="vllm-0.33.0-cpu-extra-requirements.txt"
-    [lmcache]="lmcache-0.5.6-cpu-extra-requirements.txt"
+    [vllm]="vllm-0.33.0"
+    [lmcache]="lmcache-0.5.6"
 )
 
-stamp_of() {  # the content hash that makes an installed venv current
-    cat "${BASH_SOURCE[0]}" "$LISTS/${ENGINE_LIST[$1]}" | sha256sum | cut -d' ' -f1
+quiet() {  # pip notes that the local wheel mirror lacks a name are noise here
+    "$@" 2> >(grep -v "^WARNING: Location 'file://" >&2)
+}
+
+stamp_of() {  # the content hash that makes an installed engine current
+    cat "${BASH_SOURCE[0]}" "$LISTS/${ENGINE_LIST[$1]}"-* | sha256sum | cut -d' ' -f1
+}
+
+package_stamp() {  # kvobs's packaging: entry points and dependencies
+    cat "$REPO/pyproject.toml" "$REPO/setup.py" | sha256sum | cut -d' ' -f1
+}
+
+install_kvobs() {  # kvobs editable plus its small deps, within the engine's pins and caps
+    local venv="$1" prefix="$2"
+    quiet "$venv/bin/python" -m pip install -q -c "$prefix-cpu-extra-requirements.txt" \
+        -c "$prefix-kvobs-constraints.txt" -e "$REPO" pytest
+    package_stamp >"$venv/.kvobs-package-stamp"
 }
 
 install_engine() {
     local engine="$1"
     local venv="$REPO/.venv-$engine"
-    local list="$LISTS/${ENGINE_LIST[$engine]}"
+    local prefix="$LISTS/${ENGINE_LIST[$engine]}"
     local stamp
     stamp="$(stamp_of "$engine")"
     if [[ -f "$venv/.kvobs-stamp" && "$(cat "$venv/.kvobs-stamp")" == "$stamp" ]]; then
+        if [[ "$(cat "$venv/.kvobs-package-stamp" 2>/dev/null)" != "$(package_stamp)" ]]; then
+            echo "engines: kvobs packaging changed, reinstalling kvobs into .venv-$engine"
+            install_kvobs "$venv" "$prefix"
+        fi
         echo "engines: .venv-$engine is current"
         return 0
     fi
@@ -41,11 +60,10 @@ install_engine() {
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
     local pip=("$venv/bin/python" -m pip install -q)
-    "${pip[@]}" "$TORCH_PIN"
-    "${pip[@]}" --no-deps "${ENGINE_PKG[$engine]}" -r "$list"
-    # kvobs and its small runtime deps; the engine's pins constrain anything they share.
-    "${pip[@]}" -c "$list" -e "$REPO" pytest
-    "$venv/bin/python" -c "import ${engine}, kvobs" >/dev/null
+    quiet "${pip[@]}" "$TORCH_PIN"
+    quiet "${pip[@]}" --no-deps "${ENGINE_PKG[$engine]}" -r "$prefix-cpu-extra-requirements.txt"
+    install_kvobs "$venv" "$prefix"
+    "$venv/bin/python" -c "import ${engine}, kvobs" >/dev/null 2>&1
     echo "$stamp" >"$venv/.kvobs-stamp"
     echo "engines: .venv-$engine ready"
 }
