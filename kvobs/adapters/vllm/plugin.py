@@ -115,7 +115,7 @@ def enable() -> _Enabled:
 
     setattr(init_then_instrument, HOOK_FLAG, True)
     _STATE.original_init = original
-    Scheduler.__init__ = init_then_instrument  # type: ignore[method-assign]
+    setattr(Scheduler, "__init__", init_then_instrument)  # noqa: B010 - mypy-neutral
     return _STATE
 
 
@@ -125,7 +125,7 @@ def disable() -> None:
 
     with _STATE.lock:
         if _STATE.original_init is not None:
-            Scheduler.__init__ = _STATE.original_init  # type: ignore[method-assign]
+            setattr(Scheduler, "__init__", _STATE.original_init)  # noqa: B010
             _STATE.original_init = None
         for inst in _STATE.instrumentations:
             inst.unwrap()
