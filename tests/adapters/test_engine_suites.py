@@ -1,0 +1,48 @@
+"""Run each engine's suite with its own venv's interpreter and require that it passed.
+
+vLLM 0.33 and LMCache 0.5.6 cannot share the main venv (LMCache pins numpy<=2.2.6 and
+older OpenTelemetry), so ``scripts/deps/engines.sh`` builds ``.venv-vllm`` and
+``.venv-lmcache``. Locally a missing venv skips; under ``CI`` it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SUITES = {
+    # engine: (suite directory, the fewest tests it must run)
+    "vllm": ("tests/engines/vllm033", 19),
+    "lmcache": ("tests/engines/lmcache056", 5),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(SUITES))
+def test_engine_suite_passes_in_its_venv(engine: str, tmp_path: Path) -> None:
+    python = REPO / f".venv-{engine}" / "bin" / "python"
+    if not python.exists():
+        message = f"{python} is missing: run `bash scripts/deps/engines.sh {engine}`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    suite, minimum = SUITES[engine]
+    report = tmp_path / "junit.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVOBS_", "PYTEST_"))}
+    proc = subprocess.run(
+        [str(python), "-m", "pytest", suite, "-q", "-p", "no:cacheprovider",
+         "-W", "ignore::DeprecationWarning", f"--junitxml={report}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    output = proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, f"{engine} suite failed:\n{output}"
+    totals = ET.parse(report).getroot()
+    suite_node = totals if totals.tag == "testsuite" else totals.find("testsuite")
+    assert suite_node is not None
+    counts = {k: int(suite_node.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
+    assert counts["tests"] >= minimum, counts
+    assert counts["failures"] == counts["errors"] == counts["skipped"] == 0, counts
