@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 SUITES = {
     # engine: (suite directory, the fewest tests it must run)
     "vllm": ("tests/engines/vllm033", 19),
-    "lmcache": ("tests/engines/lmcache056", 5),
+    "lmcache": ("tests/engines/lmcache056", 4),
 }
 
 
