@@ -3,12 +3,12 @@
 * GPU: ``KVCacheConfig.num_blocks`` minus the null block, ``block_size`` of the first
   KV cache group, and bytes per block = all KV cache tensors' bytes / ``num_blocks``
   (exact for every layout: MHA, GQA, MLA, hybrid groups sharing the pool).
-* Host: the CPU offloading spec's ``num_chunks`` and ``kv_bytes_per_chunk``; a chunk
+* Host: the CPU offloading manager's published config (chunks and tier bytes); a chunk
   holds ``blocks_per_chunk`` GPU blocks.
 
 Example:
     >>> gpu = gpu_tier_capacity(kv_cache_config)                # doctest: +SKIP
-    >>> host = host_tier_capacity(spec, gpu)                    # doctest: +SKIP
+    >>> host = host_tier_capacity(offloading_manager, tokens_per_chunk=64)  # doctest: +SKIP
     >>> CapacityPlan.from_blocks(...)                           # doctest: +SKIP
 """
 
@@ -35,15 +35,22 @@ def gpu_tier_capacity(kv_cache_config: Any, tier: str = GPU) -> TierCapacity:
     return TierCapacity(tier, num_blocks - 1, block_tokens, total_bytes // num_blocks)
 
 
-def host_tier_capacity(offloading_spec: Any, gpu: TierCapacity, tier: str = HOST) -> TierCapacity:
-    """The host tier of a vLLM CPU offloading spec (``CPUOffloadingSpec``)."""
-    chunks = getattr(offloading_spec, "num_chunks", None)
-    per_chunk = getattr(offloading_spec, "blocks_per_chunk", None)
-    if not isinstance(chunks, int) or not isinstance(per_chunk, int) or per_chunk <= 0:
+def host_tier_capacity(offloading_manager: Any, tokens_per_chunk: int,
+                       tier: str = HOST) -> TierCapacity:
+    """The host tier of a vLLM ``CPUOffloadingManager``, from its ``config_info()``
+    (``cpu_num_chunks``, ``cpu_kv_cache_size_bytes``: what vLLM publishes as
+    ``vllm:kv_offload_config_info``); ``tokens_per_chunk`` = GPU block size x
+    ``blocks_per_chunk``.
+    """
+    infos = offloading_manager.config_info() if hasattr(offloading_manager, "config_info") \
+        else ()
+    info = dict(infos[0]) if infos else {}
+    chunks = info.get("cpu_num_chunks", getattr(offloading_manager, "_num_chunks", None))
+    if not isinstance(chunks, int) or chunks < 0:
         raise ConfigError(
-            f"offloading spec: num_chunks={chunks!r}, blocks_per_chunk={per_chunk!r}: pass "
-            "the CPUOffloadingSpec of the offloading connector (cpu_bytes_to_use set)"
+            f"offloading manager: cpu_num_chunks={chunks!r}: pass the CPUOffloadingManager "
+            "of the offloading connector (cpu_bytes_to_use set)"
         )
-    chunk_bytes = int(getattr(offloading_spec, "kv_bytes_per_chunk", 0)) or \
-        gpu.block_bytes * per_chunk
-    return TierCapacity(tier, chunks, gpu.block_tokens * per_chunk, chunk_bytes)
+    size = info.get("cpu_kv_cache_size_bytes", 0)
+    chunk_bytes = int(size) // chunks if chunks and isinstance(size, int) else 0
+    return TierCapacity(tier, chunks, tokens_per_chunk, chunk_bytes)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kvobs.adapters._hooks import AdapterError, Instrumentation
 from kvobs.adapters.vllm.block_pool import instrument_block_pool
-from kvobs.adapters.vllm.capacity import gpu_tier_capacity
+from kvobs.adapters.vllm.capacity import gpu_tier_capacity, host_tier_capacity
 from kvobs.adapters.vllm.lookups import HostHits, instrument_lookups
 from kvobs.adapters.vllm.offloading import instrument_offloading_manager
 from kvobs.recorder import Recorder
@@ -96,9 +96,8 @@ def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
     if side is not None and type(getattr(side, "manager", None)).__name__ == \
             "CPUOffloadingManager":
         offloading = side.manager
-        groups = side.config.kv_group_configs
-        tokens = int(groups[0].tokens_per_chunk)
-        chunk_bytes = int(dict(offloading.config_info()[0]).get("kv_bytes_per_chunk", 0) or 0)
+        tokens = int(side.config.kv_group_configs[0].tokens_per_chunk)
+        chunk_bytes = host_tier_capacity(offloading, tokens).block_bytes
     return instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
                                        offloading_manager=offloading,
                                        host_block_tokens=tokens, host_block_bytes=chunk_bytes)

@@ -200,3 +200,19 @@ def test_kvobs_failure_inside_a_store_is_counted_not_raised():
     manager.complete_store(out.keys_to_store, ctx)
     assert manager.lookup(key(1), ctx) == LookupResult.HIT
     assert rec.snapshot().errors == {"vllm.cpu_offloading_manager": 1}
+
+
+def test_capacities_come_from_vllms_own_config_objects():
+    from vllm.v1.kv_offload.cpu.common import CPUOffloadingInfo
+    from vllm_objects import kv_cache_config, page_bytes
+
+    from kvobs.adapters.vllm import gpu_tier_capacity, host_tier_capacity
+
+    gpu = gpu_tier_capacity(kv_cache_config(1000))
+    assert (gpu.blocks, gpu.block_tokens, gpu.block_bytes) == (999, 16, 4 * page_bytes())
+    info = CPUOffloadingInfo(cpu_num_chunks=CHUNKS, cpu_blocks_per_chunk=4,
+                             cpu_kv_cache_size_bytes=CHUNKS * 4 * gpu.block_bytes,
+                             cpu_kv_cache_size_tokens=None)
+    manager = CPUOffloadingManager(num_chunks=CHUNKS, info=info)
+    host = host_tier_capacity(manager, tokens_per_chunk=4 * gpu.block_tokens)
+    assert (host.blocks, host.block_tokens, host.block_bytes) == (CHUNKS, 64, 4 * gpu.block_bytes)
