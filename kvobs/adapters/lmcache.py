@@ -83,8 +83,9 @@ def instrument_local_cpu_backend(backend: Any, rec: Recorder, *, block_tokens: i
     def make(active: bool) -> LMCacheInstrumentation:
         capacity = capacity_blocks if capacity_blocks is not None else \
             _capacity(backend, block_bytes)
+        add = rec.add_tier if active else TierRecorder  # an unknown backend exports nothing
         return LMCacheInstrumentation(
-            backend, rec.add_tier(tier, capacity, block_tokens, block_bytes), active)
+            backend, add(tier, capacity, block_tokens, block_bytes), active)
 
     inst = begin(backend, ("LocalCPUBackend",), HOOKS, COMPONENT, make, STATE)
     if inst.active:

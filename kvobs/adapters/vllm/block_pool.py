@@ -122,8 +122,9 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
     """
     def make(active: bool) -> BlockPoolInstrumentation:
         tokens = block_tokens or int(getattr(pool, "hash_block_size", 1))
-        gpu = rec.add_tier(tier, pool_capacity(pool), tokens, block_bytes)
-        return BlockPoolInstrumentation(pool, rec, gpu, active)
+        add = rec.add_tier if active else TierRecorder  # an unknown pool exports nothing
+        return BlockPoolInstrumentation(pool, rec, add(tier, pool_capacity(pool), tokens,
+                                                       block_bytes), active)
 
     inst = begin(pool, ("BlockPool",), HOOKS, COMPONENT, make, STATE)
     gpu = inst.tier
@@ -158,6 +159,8 @@ def _install(inst: BlockPoolInstrumentation, pool: Any, rec: Recorder, gpu: Tier
         return blocks
 
     def touch_hook(blocks: Sequence[Any]) -> None:
+        if not isinstance(blocks, (list, tuple)):
+            blocks = list(blocks)  # read it twice without consuming the engine's iterator
         try:
             idle = [b for b in blocks if not b.ref_cnt and not b.is_null]
         except Exception as exc:

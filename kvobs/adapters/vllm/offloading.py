@@ -81,8 +81,9 @@ def instrument_offloading_manager(manager: Any, rec: Recorder, *, block_tokens: 
     """
     def make(active: bool) -> OffloadingInstrumentation:
         capacity = int(getattr(manager, "_num_chunks", 0))
+        add = rec.add_tier if active else TierRecorder  # an unknown manager exports nothing
         return OffloadingInstrumentation(
-            manager, rec.add_tier(tier, capacity, block_tokens, block_bytes), active)
+            manager, add(tier, capacity, block_tokens, block_bytes), active)
 
     inst = begin(manager, ("CPUOffloadingManager",), HOOKS, COMPONENT, make, STATE)
     if inst.active:

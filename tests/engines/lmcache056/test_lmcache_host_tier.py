@@ -54,7 +54,9 @@ def instrumented():
     rec = Recorder(engine="lmcache", model="tiny-llama")
     inst = instrument_local_cpu_backend(b, rec, block_tokens=CHUNK_TOKENS, block_bytes=CHUNK_BYTES)
     assert inst.active
-    return b, rec, inst
+    yield b, rec, inst
+    inst.unwrap()
+    b.clear()   # release the hot cache's references before the allocator goes away
 
 
 def test_put_lookup_get_and_capacity_evictions(instrumented):

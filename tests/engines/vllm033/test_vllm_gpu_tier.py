@@ -152,10 +152,12 @@ def test_unknown_vllm_version_warns_once_and_wraps_nothing():
         def get_new_blocks(self, count, *, group=0):
             return super().get_new_blocks(count)
 
+    rec = Recorder()
     with capture_logs() as logs:
         pools = [FutureBlockPool(9, True, 16) for _ in range(2)]
-        insts = [instrument_block_pool(pool, Recorder()) for pool in pools]
+        insts = [instrument_block_pool(pool, rec) for pool in pools]
     assert [inst.active for inst in insts] == [False, False]
+    assert rec.tier_names == (), "an uninstrumented pool exports no half-true tier"
     assert all("get_new_blocks" not in vars(pool) for pool in pools)
     warnings = [e for e in logs if e["event"] == "kvobs_adapter_unsupported_version"]
     assert len(warnings) == 1 and "get_new_blocks(count, group)" in warnings[0]["problems"][0]
