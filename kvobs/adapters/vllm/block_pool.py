@@ -63,6 +63,8 @@ class BlockPoolInstrumentation(Instrumentation):
         self.tier = tier
         self.hashes_gained = 0   # net blocks that got a prefix hash in cache_* calls
         self.hashes_dropped = 0  # blocks that lost it in evict_blocks / reset_prefix_cache
+        self.frees = 0           # highest derived readings (see settle)
+        self.frees_to_cache = 0
 
     def settle(self) -> tuple[int, int]:
         """Derive frees and evictions from the pool's state; return ``(in_use, cached)``."""
@@ -75,13 +77,17 @@ class BlockPoolInstrumentation(Instrumentation):
             if before == (tier.allocations, tier.reuses, self.hashes_gained,
                           pool.free_block_queue.num_free_blocks):
                 break
+        # Every wrapper updates its counter after the engine call it follows (and
+        # hashes_dropped before the drop), so a reading taken between the two is low,
+        # never high: holding the highest reading is exact once the engine pauses.
         capacity = self.hashes_gained - hashed - self.hashes_dropped
         tier.evictions_capacity = max(tier.evictions_capacity, capacity)
         to_cache = (cached + tier.reuses + tier.evictions_capacity
                     + tier.evictions["explicit"] + tier.evictions["reset"])
-        tier.frees_to_cache = max(tier.frees_to_cache, to_cache)
-        frees = tier.allocations + tier.reuses - in_use
-        tier.frees_to_free = max(tier.frees_to_free, frees - tier.frees_to_cache)
+        self.frees_to_cache = max(self.frees_to_cache, to_cache)
+        self.frees = max(self.frees, tier.allocations + tier.reuses - in_use)
+        tier.frees_to_cache = self.frees_to_cache
+        tier.frees_to_free = max(self.frees - self.frees_to_cache, 0)  # the sum is exact
         return in_use, cached
 
 
@@ -215,29 +221,33 @@ def _install(inst: BlockPoolInstrumentation, pool: Any, rec: Recorder, gpu: Tier
             ids = set(block_ids)
             targets = [pool.blocks[i] for i in ids if 0 <= i < len(pool.blocks)]
             hashed = [b for b in targets if b._block_hash is not None]
+            inst.hashes_dropped += len(hashed)   # before the drop: readings stay low
         except Exception as exc:
             error(COMPONENT, exc)
             ids, hashed = block_ids, []
         evict_blocks(ids)
         try:
-            dropped = [b for b in hashed if b._block_hash is None]
-            inst.hashes_dropped += len(dropped)
-            freed = sum(1 for b in dropped if not b.ref_cnt)
+            inst.hashes_dropped -= sum(1 for b in hashed if b._block_hash is not None)
+            freed = sum(1 for b in hashed if not b.ref_cnt)
             if freed:
                 gpu.evictions["explicit"] += freed   # cached -> free; in-use blocks stay in use
         except Exception as exc:
             error(COMPONENT, exc)
 
     def reset_prefix_cache_hook() -> bool:
+        hashed = cached = 0
         try:
-            hashed, cached = _walk(pool.blocks)
+            # vLLM resets only when every block is free; count the drop before it happens.
+            if pool.num_gpu_blocks - pool.get_num_free_blocks() == 1:
+                hashed, cached = _walk(pool.blocks)
+                inst.hashes_dropped += hashed
+                gpu.evictions["reset"] += cached
         except Exception as exc:
             error(COMPONENT, exc)
-            hashed = cached = 0
         done: bool = reset_prefix_cache()
-        if done:
-            inst.hashes_dropped += hashed
-            gpu.evictions["reset"] += cached
+        if not done and (hashed or cached):  # predicted wrongly: take the counts back
+            inst.hashes_dropped -= hashed
+            gpu.evictions["reset"] -= cached
         return done
 
     inst.install("get_new_blocks", get_new_blocks_hook)

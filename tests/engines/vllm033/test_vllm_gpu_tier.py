@@ -179,3 +179,42 @@ def test_bookkeeping_failure_is_counted_and_the_engine_result_returned():
     pool.touch(Opaque(blocks))
     assert all(b.ref_cnt == 1 for b in blocks), "the engine call ran"
     assert rec.snapshot().errors == {"vllm.block_pool": 1}
+
+
+def test_snapshots_taken_while_the_engine_runs_never_go_backwards():
+    import itertools
+    import threading
+
+    manager = kv_cache_manager(40)
+    rec = Recorder()
+    instrument_kv_cache_manager(manager, rec)
+    done = threading.Event()
+    seen = []
+
+    def scrape() -> None:
+        while not done.is_set():
+            gpu = rec.snapshot().tier("gpu")
+            seen.append((gpu.allocations, gpu.frees, gpu.reuses, gpu.evictions_total))
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        rnd = random.Random(1)
+        prompts = [[rnd.randrange(32000) for _ in range(48)] for _ in range(6)]
+        running = []
+        for _ in range(300):
+            tail = [rnd.randrange(32000) for _ in range(rnd.randrange(8, 80))]
+            req = request(prompts[rnd.randrange(6)] + tail)
+            while admit(manager, req) is None:
+                manager.free(running.pop(0))
+            running.append(req)
+            if len(running) > 3:
+                manager.free(running.pop(0))
+    finally:
+        done.set()
+        scraper.join()
+    assert len(seen) > 10
+    assert seen[-1][2] > 0 and seen[-1][3] > 0, "reuses and evictions happened"
+    for earlier, later in itertools.pairwise(seen):
+        assert all(b >= a for a, b in zip(earlier, later, strict=True)), (earlier, later)
+    assert_matches_engine(rec, manager.block_pool)
