@@ -33,8 +33,10 @@ def test_committed_files_match_sources(repo: Path) -> None:
 def test_chart_copies_are_identical(repo: Path) -> None:
     files = render()
     for stem in STABLE_DASHBOARDS:
-        assert files[f"dashboards/generated/{stem}.json"] == files[
-            f"helm/kvobs/files/dashboards/{stem}.json"]
+        assert (
+            files[f"dashboards/generated/{stem}.json"]
+            == files[f"helm/kvobs/files/dashboards/{stem}.json"]
+        )
     for name in STABLE_RULES:
         original = (repo / "dashboards" / "rules" / name).read_bytes()
         assert (repo / "helm" / "kvobs" / "files" / "rules" / name).read_bytes() == original
@@ -46,7 +48,8 @@ def test_file_names_are_stable() -> None:
 
 
 def test_cli_check_fails_on_drift_and_write_repairs_it(
-        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "helm").mkdir()
     shutil.copytree(repo / "dashboards" / "generated", tmp_path / "dashboards" / "generated")
     shutil.copytree(repo / "dashboards" / "rules", tmp_path / "dashboards" / "rules")
@@ -65,8 +68,9 @@ def test_cli_check_fails_on_drift_and_write_repairs_it(
     assert drift(tmp_path) == []
 
 
-def test_cli_refuses_a_root_without_dashboards(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_refuses_a_root_without_dashboards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["dashboards", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kvobs: error: --root") and "dashboards/" in err
@@ -74,8 +78,11 @@ def test_cli_refuses_a_root_without_dashboards(tmp_path: Path,
 
 
 def test_every_query_names_only_catalog_metrics(board: dict[str, Any]) -> None:
-    found = [f"{title!r}: {p}" for title, expr in queries(board)
-             for p in problems(expr, recorded_names())]
+    found = [
+        f"{title!r}: {p}"
+        for title, expr in queries(board)
+        for p in problems(expr, recorded_names())
+    ]
     assert not found, "\n".join(found)
 
 
@@ -83,7 +90,8 @@ def test_a_query_on_an_unknown_metric_is_caught(board: dict[str, Any]) -> None:
     title, expr = queries(board)[0]
     renamed = re.sub(r"kvobs_\w+", "kvobs_renamed_metric", expr, count=1)
     assert problems(renamed) == [
-        "names 'kvobs_renamed_metric', which is not in kvobs.catalog.METRICS"], title
+        "names 'kvobs_renamed_metric', which is not in kvobs.catalog.METRICS"
+    ], title
 
 
 def test_every_panel_has_a_unit_and_a_description(board: dict[str, Any]) -> None:
@@ -117,16 +125,40 @@ def test_layout_has_no_overlaps(board: dict[str, Any]) -> None:
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("stem,sections", [
-    ("kvobs-tiers", ["capacity per tier (tokens)", "capacity per tier (bytes)",
-                     "resident occupancy", "lookup tokens by outcome", "link peak",
-                     "p50 / p99", "heatmap", "thrash", "drops and failures"]),
-    ("kvobs-host-pool", ["host occupancy", "evictions", "reused vs evicted unused",
-                         "thrash", "onload latency", "bytes per host hit"]),
-    ("kvobs-fleet", ["per instance", "per model"]),
-])
-def test_dashboards_cover_the_issue(fresh_boards: dict[str, dict[str, Any]], stem: str,
-                                    sections: list[str]) -> None:
+@pytest.mark.parametrize(
+    "stem,sections",
+    [
+        (
+            "kvobs-tiers",
+            [
+                "capacity per tier (tokens)",
+                "capacity per tier (bytes)",
+                "resident occupancy",
+                "lookup tokens by outcome",
+                "link peak",
+                "p50 / p99",
+                "heatmap",
+                "thrash",
+                "drops and failures",
+            ],
+        ),
+        (
+            "kvobs-host-pool",
+            [
+                "host occupancy",
+                "evictions",
+                "reused vs evicted unused",
+                "thrash",
+                "onload latency",
+                "bytes per host hit",
+            ],
+        ),
+        ("kvobs-fleet", ["per instance", "per model"]),
+    ],
+)
+def test_dashboards_cover_the_issue(
+    fresh_boards: dict[str, dict[str, Any]], stem: str, sections: list[str]
+) -> None:
     titles = " | ".join(p["title"].lower() for p in data_panels(fresh_boards[stem]))
     for words in sections:
         assert words in titles, f"{stem} has no panel about {words!r}: {titles}"

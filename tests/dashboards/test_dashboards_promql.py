@@ -12,24 +12,31 @@ from kvobs.dashboards.promql import (
 
 
 def test_metric_names_skip_functions_labels_strings_and_numbers() -> None:
-    expr = ('histogram_quantile(0.99, sum by (le, src_tier) (rate('
-            'kvobs_transfer_duration_seconds_bucket{tier=~"gpu|host", x="kvobs_fake"}[5m])))'
-            ' / on (src_tier) group_left () (kvobs_tier_capacity_bytes > 1e-9)')
-    assert metric_names(expr) == ["kvobs_transfer_duration_seconds_bucket",
-                                  "kvobs_tier_capacity_bytes"]
+    expr = (
+        "histogram_quantile(0.99, sum by (le, src_tier) (rate("
+        'kvobs_transfer_duration_seconds_bucket{tier=~"gpu|host", x="kvobs_fake"}[5m])))'
+        " / on (src_tier) group_left () (kvobs_tier_capacity_bytes > 1e-9)"
+    )
+    assert metric_names(expr) == [
+        "kvobs_transfer_duration_seconds_bucket",
+        "kvobs_tier_capacity_bytes",
+    ]
 
 
 def test_recording_rule_names_are_metric_names() -> None:
     assert metric_names('instance:kvobs_thrash_ratio:rate5m{job="a"} > 0.5') == [
-        "instance:kvobs_thrash_ratio:rate5m"]
+        "instance:kvobs_thrash_ratio:rate5m"
+    ]
 
 
 def test_problems_flag_counters_outside_rate_and_bare_histograms() -> None:
     assert problems("sum(kvobs_lookups_total)") == [
-        "reads counter 'kvobs_lookups_total' outside rate()/increase()/absent()"]
+        "reads counter 'kvobs_lookups_total' outside rate()/increase()/absent()"
+    ]
     assert problems("kvobs_transfer_duration_seconds") == [
         "reads histogram 'kvobs_transfer_duration_seconds' directly: use "
-        "kvobs_transfer_duration_seconds_bucket/_sum/_count"]
+        "kvobs_transfer_duration_seconds_bucket/_sum/_count"
+    ]
     assert problems("sum(rate(kvobs_lookups_total[1m])) + absent(kvobs_lookups_total)") == []
     assert problems("instance:x:rate1m", recorded=["instance:x:rate1m"]) == []
     assert problems("up == 0") == []

@@ -20,13 +20,18 @@ def rule_files(repo: Path) -> list[Path]:
 
 
 def rules(repo: Path) -> list[dict[str, Any]]:
-    return [rule for path in rule_files(repo)
-            for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+    return [
+        rule
+        for path in rule_files(repo)
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+    ]
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=120,
-                          cwd=HERE / "promtool")
+    return subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=120, cwd=HERE / "promtool"
+    )
 
 
 def test_promtool_check_rules(promtool: Path, repo: Path) -> None:
@@ -70,8 +75,13 @@ def test_every_rule_has_a_unit_test(repo: Path) -> None:
 def test_alerts_have_runbook_descriptions(repo: Path) -> None:
     alerts = [r for r in rules(repo) if "alert" in r]
     assert {a["alert"] for a in alerts} >= {
-        "KvobsHostPoolThrashing", "KvobsTierFullWithEvictions", "KvobsTransferLatencyHigh",
-        "KvobsOffloadDrops", "KvobsTransferFailures", "KvobsTargetAbsent"}
+        "KvobsHostPoolThrashing",
+        "KvobsTierFullWithEvictions",
+        "KvobsTransferLatencyHigh",
+        "KvobsOffloadDrops",
+        "KvobsTransferFailures",
+        "KvobsTargetAbsent",
+    }
     for alert in alerts:
         assert alert["labels"]["severity"] in {"info", "warning", "critical"}
         assert alert["for"]
@@ -82,6 +92,9 @@ def test_alerts_have_runbook_descriptions(repo: Path) -> None:
 
 
 def test_rule_expressions_name_only_catalog_metrics(repo: Path) -> None:
-    found = [f"{rule.get('record') or rule.get('alert')}: {p}" for rule in rules(repo)
-             for p in problems(rule["expr"], recorded_names())]
+    found = [
+        f"{rule.get('record') or rule.get('alert')}: {p}"
+        for rule in rules(repo)
+        for p in problems(rule["expr"], recorded_names())
+    ]
     assert not found, "\n".join(found)

@@ -30,8 +30,10 @@ def validator(name: str) -> jsonschema.Draft7Validator:
 
 
 def errors(name: str, document: Any) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator(name).iter_errors(document)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator(name).iter_errors(document)
+    ]
 
 
 def test_schema_is_pinned() -> None:
@@ -60,8 +62,15 @@ def test_panel_options_validate(board: dict[str, Any]) -> None:
 
 def test_no_legacy_fields(board: dict[str, Any]) -> None:
     text = json.dumps(board)
-    for legacy in ('"rows"', '"sharedCrosshair"', '"style"', '"hideControls"', '"span"',
-                   '"intervalFactor"', '"graph"'):
+    for legacy in (
+        '"rows"',
+        '"sharedCrosshair"',
+        '"style"',
+        '"hideControls"',
+        '"span"',
+        '"intervalFactor"',
+        '"graph"',
+    ):
         assert legacy not in text, legacy
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import pytest
+import required
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,16 +42,7 @@ def scenario_args(path: Path | None) -> tuple[str, ...]:
 
 def find_tool(name: str) -> Path:
     """The binary from $REPO/.tools/bin or PATH; skips the test, or fails it when CI is set."""
-    local = REPO / ".tools" / "bin" / name
-    if local.is_file() and os.access(local, os.X_OK):
-        return local
-    found = shutil.which(name)
-    if found:
-        return Path(found)
-    message = f"{name} not found in {local.parent} or PATH; run `bash scripts/deps/helm.sh`"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    return required.find_tool(name, "scripts/deps/helm.sh")
 
 
 def dockerfile_instructions(name: str) -> list[str]:
