@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Engine venvs for the adapter tests: real vLLM 0.33.0 and LMCache 0.5.6 on CPU.
+# Engine venvs for the adapter tests: real vLLM, LMCache and SGLang classes on CPU.
 #
-#   .venv-vllm     vLLM 0.33.0 (--no-deps) + scripts/deps/engines/vllm-0.33.0-cpu-extra-requirements.txt
+#   .venv-vllm     vLLM 0.33.0 (--no-deps) + scripts/deps/engines/vllm-0.33.0-*.txt
 #   .venv-lmcache  LMCache 0.5.6 (--no-deps) + its list (it pins numpy<=2.2.6, hence its own venv)
+#   .venv-sglang   SGLang 0.5.23 (--no-deps) + its list + an import-time torchvision stand-in
 #
 # Each venv also gets torch==2.13.0 (the CPU wheel), kvobs installed editable and pytest.
-# Idempotent: a venv whose stamp matches this script and its requirement list is left alone.
+# Idempotent: a venv whose stamp (RECIPE + the engine's files under engines/) matches is
+# left alone; kvobs alone is reinstalled when pyproject.toml or setup.py change.
+# Bump RECIPE when the install steps below change.
 # Usage: bash scripts/deps/engines.sh [vllm|lmcache ...]   (default: all engines)
 set -euo pipefail
 
@@ -13,22 +16,27 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 LISTS="$REPO/scripts/deps/engines"
 PYTHON="${KVOBS_ENGINE_PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
+RECIPE=2
 
 declare -A ENGINE_PKG=(
     [vllm]="vllm==0.33.0"
     [lmcache]="lmcache==0.5.6"
+    [sglang]="sglang==0.5.23"
 )
 declare -A ENGINE_LIST=(
     [vllm]="vllm-0.33.0"
     [lmcache]="lmcache-0.5.6"
+    [sglang]="sglang-0.5.23"
 )
 
-quiet() {  # pip notes that the local wheel mirror lacks a name are noise here
-    "$@" 2> >(grep -v "^WARNING: Location 'file://" >&2)
+quiet() {  # --no-deps installs leave pip listing every unmet dependency: expected here
+    "$@" 2> >(grep -vE "^WARNING: Location 'file://|^ERROR: pip's dependency resolver|\
+^[A-Za-z0-9_.-]+ [^ ]+ requires " >&2)
 }
 
 stamp_of() {  # the content hash that makes an installed engine current
-    cat "${BASH_SOURCE[0]}" "$LISTS/${ENGINE_LIST[$1]}"-* | sha256sum | cut -d' ' -f1
+    { echo "recipe $RECIPE"; find "$LISTS" -path "*${ENGINE_LIST[$1]}*" -type f | sort \
+        | xargs cat; } | sha256sum | cut -d' ' -f1
 }
 
 package_stamp() {  # kvobs's packaging: entry points and dependencies
@@ -62,6 +70,10 @@ install_engine() {
     local pip=("$venv/bin/python" -m pip install -q)
     quiet "${pip[@]}" "$TORCH_PIN"
     quiet "${pip[@]}" --no-deps "${ENGINE_PKG[$engine]}" -r "$prefix-cpu-extra-requirements.txt"
+    if [[ -d "$prefix-stubs" ]]; then  # import-time stand-ins (SGLang: torchvision)
+        cp -r "$prefix-stubs"/. "$("$venv/bin/python" -c \
+            'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
+    fi
     install_kvobs "$venv" "$prefix"
     "$venv/bin/python" -c "import ${engine}, kvobs" >/dev/null 2>&1
     echo "$stamp" >"$venv/.kvobs-stamp"
@@ -70,7 +82,7 @@ install_engine() {
 
 engines=("$@")
 if [[ ${#engines[@]} -eq 0 ]]; then
-    engines=(vllm lmcache)
+    engines=(vllm lmcache sglang)
 fi
 for engine in "${engines[@]}"; do
     if [[ -z "${ENGINE_PKG[$engine]:-}" ]]; then

@@ -1,8 +1,9 @@
 """Run each engine's suite with its own venv's interpreter and require that it passed.
 
-vLLM 0.33 and LMCache 0.5.6 cannot share the main venv (LMCache pins numpy<=2.2.6 and
-older OpenTelemetry), so ``scripts/deps/engines.sh`` builds ``.venv-vllm`` and
-``.venv-lmcache``. Locally a missing venv skips; under ``CI`` it fails.
+vLLM 0.33, LMCache 0.5.6 and SGLang 0.5.23 cannot share the main venv (LMCache pins
+numpy<=2.2.6 and older OpenTelemetry; SGLang needs triton and a torchvision stand-in),
+so ``scripts/deps/engines.sh`` builds ``.venv-vllm``, ``.venv-lmcache`` and
+``.venv-sglang``. Locally a missing venv skips; under ``CI`` it fails.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ SUITES = {
     # engine: (suite directory, the fewest tests it must run)
     "vllm": ("tests/engines/vllm033", 20),
     "lmcache": ("tests/engines/lmcache056", 4),
+    "sglang": ("tests/engines/sglang0523", 4),
 }
 
 
