@@ -14,11 +14,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from required import REPO, missing
 
-REPO = Path(__file__).resolve().parents[2]
 SUITES = {
     # engine: (suite directory, the fewest tests it must run)
-    "vllm": ("tests/engines/vllm033", 20),
+    "vllm": ("tests/engines/vllm033", 21),
     "lmcache": ("tests/engines/lmcache056", 4),
     "sglang": ("tests/engines/sglang0523", 4),
 }
@@ -28,10 +28,7 @@ SUITES = {
 def test_engine_suite_passes_in_its_venv(engine: str, tmp_path: Path) -> None:
     python = REPO / f".venv-{engine}" / "bin" / "python"
     if not python.exists():
-        message = f"{python} is missing: run `bash scripts/deps/engines.sh {engine}`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{python} is missing: run `bash scripts/deps/engines.sh {engine}`")
     suite, minimum = SUITES[engine]
     report = tmp_path / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVOBS_", "PYTEST_"))}
