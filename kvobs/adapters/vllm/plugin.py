@@ -5,9 +5,12 @@ this one arranges for each v1 ``Scheduler`` the process builds to be instrumente
 (its ``KVCacheManager``, ``BlockPool`` and, with the offloading connector, the
 ``CPUOffloadingManager``), logs the tier capacities, and serves ``/metrics``::
 
-    KVOBS_ENABLE=1 KVOBS_METRICS_ADDR=0.0.0.0:9464 vllm serve meta-llama/Llama-3.1-8B \\
-        --kv-transfer-config '{"kv_connector": "OffloadingConnector",
-          "kv_role": "kv_both", "kv_connector_extra_config": {"cpu_bytes_to_use": 68719476736}}'
+    KVOBS_ENABLE=1 KVOBS_METRICS_ADDR=0.0.0.0:9464 \\
+        vllm serve meta-llama/Llama-3.1-8B-Instruct --kv-offloading-size 64
+
+(``--kv-offloading-size`` GiB turns on vLLM's native CPU offloading: the
+``OffloadingConnector`` with a ``CPUOffloadingManager``; without it only the GPU tier
+and lookups are instrumented.)
 
 Settings: ``KVOBS_METRICS_ADDR`` (default ``127.0.0.1:9464``; empty = no endpoint),
 ``KVOBS_OTLP_ENDPOINT`` (push as well), ``KVOBS_MODEL`` (the ``model`` label; default:
