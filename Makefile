@@ -32,5 +32,7 @@ lint: setup
 	$(BIN)/mypy dashboards
 	cd kernels && ../$(BIN)/mypy --strict --ignore-missing-imports --explicit-package-bases .
 
-bench: setup
+bench: deps
 	$(BIN)/python benchmarks/recorder_overhead.py
+	$(BIN)/python benchmarks/swap_bandwidth.py
+	.venv-vllm/bin/python benchmarks/vllm_overhead.py
