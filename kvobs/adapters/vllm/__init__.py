@@ -14,7 +14,11 @@ Example:
 from kvobs.adapters.vllm.block_pool import BlockPoolInstrumentation, instrument_block_pool
 from kvobs.adapters.vllm.capacity import gpu_tier_capacity, host_tier_capacity
 from kvobs.adapters.vllm.lookups import HostHits, LookupInstrumentation, instrument_lookups
-from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_kv_cache_manager
+from kvobs.adapters.vllm.manager import (
+    VllmInstrumentation,
+    instrument_kv_cache_manager,
+    instrument_scheduler,
+)
 from kvobs.adapters.vllm.offloading import (
     OffloadingInstrumentation,
     instrument_offloading_manager,
@@ -35,4 +39,5 @@ __all__ = [
     "instrument_lookups",
     "instrument_offloading_manager",
     "instrument_offloading_worker",
+    "instrument_scheduler",
 ]
