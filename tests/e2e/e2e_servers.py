@@ -25,9 +25,9 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "dashboards" / "rules").glob("*.rules.yaml"))
 
-# A small GPU tier and a busy chat workload: offloads, host hits with onloads, host
-# evictions and thrash all happen within seconds.
-DEMO_ARGS = ("--gpu-blocks", "192", "--host-blocks", "768", "--rate", "4",
+# Tiers sized so that requests flow (the admission queue stays short) while GPU hits,
+# host hits with onloads, offloads, host evictions and thrash all happen within seconds.
+DEMO_ARGS = ("--gpu-blocks", "512", "--host-blocks", "2048", "--rate", "1",
              "--summary-interval", "0", "--seed", "7")
 
 
