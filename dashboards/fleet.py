@@ -10,11 +10,10 @@ Example:
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, Templating, Time
+from grafanalib.core import Dashboard
 
-from .panels import Query, Section, layout, stat, timeseries
+from .panels import Query, Section, kvobs_dashboard, stat, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
-from .variables import templates
 
 UID = "kvobs-fleet"
 TITLE = "kvobs / Fleet"
@@ -105,16 +104,13 @@ def _per_instance() -> Section:
 
 def dashboard() -> Dashboard:
     """The *Fleet* dashboard as a grafanalib object."""
-    return Dashboard(
+    return kvobs_dashboard(
         title=TITLE,
         uid=UID,
         description="Key KV cache tier figures per engine instance and model, for many "
                     "replicas.",
-        tags=["kvobs", "kv-cache", "fleet"],
-        timezone="browser",
+        tags=["fleet"],
         refresh="1m",
-        graphTooltip=1,
-        time=Time("now-3h", "now"),
-        templating=Templating(list=templates()),
-        panels=layout([_overview(), _per_instance()]),
+        time_from="now-3h",
+        sections=[_overview(), _per_instance()],
     )

@@ -11,11 +11,10 @@ Example:
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, Templating, Time
+from grafanalib.core import Dashboard
 
-from .panels import Query, Section, heatmap, layout, timeseries
+from .panels import Query, Section, heatmap, kvobs_dashboard, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
-from .variables import templates
 
 UID = "kvobs-host-pool"
 TITLE = "kvobs / Host pool health"
@@ -109,16 +108,13 @@ def _onloads() -> Section:
 
 def dashboard() -> Dashboard:
     """The *Host pool health* dashboard as a grafanalib object."""
-    return Dashboard(
+    return kvobs_dashboard(
         title=TITLE,
         uid=UID,
         description="Host DRAM tier: occupancy, evictions, offload payoff, thrash and onload "
                     "cost of kvobs-instrumented inference engines.",
-        tags=["kvobs", "kv-cache", "host-pool"],
-        timezone="browser",
+        tags=["host-pool"],
         refresh="30s",
-        graphTooltip=1,
-        time=Time("now-1h", "now"),
-        templating=Templating(list=templates()),
-        panels=layout([_occupancy(), _payoff(), _onloads()]),
+        time_from="now-1h",
+        sections=[_occupancy(), _payoff(), _onloads()],
     )

@@ -18,7 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import attr
-from grafanalib.core import GridPos, Panel, RowPanel, Stat, Target, TimeSeries
+from grafanalib.core import (
+    Dashboard,
+    GridPos,
+    Panel,
+    RowPanel,
+    Stat,
+    Target,
+    Templating,
+    Time,
+    TimeSeries,
+)
+
+from .variables import templates
 
 #: Every panel reads the data source chosen in the ``datasource`` variable.
 DATASOURCE = "${datasource}"
@@ -174,3 +186,20 @@ def layout(sections: Sequence[Section], height: int = 8) -> list[Panel]:
             x += width
         y += height
     return result
+
+
+def kvobs_dashboard(*, title: str, uid: str, description: str, tags: Sequence[str],
+                    refresh: str, time_from: str, sections: Sequence[Section]) -> Dashboard:
+    """A kvobs dashboard: the shared frame (variables, tooltip, time zone) around ``sections``."""
+    return Dashboard(
+        title=title,
+        uid=uid,
+        description=description,
+        tags=["kvobs", "kv-cache", *tags],
+        timezone="browser",
+        refresh=refresh,
+        graphTooltip=1,
+        time=Time(time_from, "now"),
+        templating=Templating(list=templates()),
+        panels=layout(sections),
+    )

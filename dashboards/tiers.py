@@ -11,11 +11,10 @@ Example:
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, Templating, Time
+from grafanalib.core import Dashboard
 
-from .panels import Query, Section, heatmap, layout, stat, timeseries
+from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
-from .variables import templates
 
 UID = "kvobs-tiers"
 TITLE = "kvobs / KV cache tiers"
@@ -144,16 +143,13 @@ def _thrash() -> Section:
 
 def dashboard() -> Dashboard:
     """The *KV cache tiers* dashboard as a grafanalib object."""
-    return Dashboard(
+    return kvobs_dashboard(
         title=TITLE,
         uid=UID,
         description="Per-tier capacity, occupancy, hits, transfers and thrash of kvobs-"
                     "instrumented inference engines.",
-        tags=["kvobs", "kv-cache"],
-        timezone="browser",
+        tags=[],
         refresh="30s",
-        graphTooltip=1,
-        time=Time("now-1h", "now"),
-        templating=Templating(list=templates()),
-        panels=layout([_capacity(), _lookups(), _transfers(), _thrash()]),
+        time_from="now-1h",
+        sections=[_capacity(), _lookups(), _transfers(), _thrash()],
     )
