@@ -86,11 +86,10 @@ def best_seconds(
     return {name: min(s) for name, s in samples.items()}
 
 
-def cpu_methods(
-    src: torch.Tensor, dst: torch.Tensor, pattern: str, n: int, rng: random.Random
-) -> dict[str, Callable[[], object]]:
-    """The three CPU contenders for one (pattern, N) point over two pools."""
-    block_bytes = src[0].numel() * src.element_size()
+def block_mapping(
+    pattern: str, n: int, rng: random.Random
+) -> tuple[list[tuple[int, int]], torch.Tensor]:
+    """``n`` (src, dst) pairs of ``pattern`` as a list and as an int64 ``[n, 2]`` tensor."""
     pairs = list(
         zip(
             block_ids(pattern, n, POOL_BLOCKS, rng),
@@ -98,7 +97,15 @@ def cpu_methods(
             strict=True,
         )
     )
-    mapping = torch.tensor(pairs, dtype=torch.int64)
+    return pairs, torch.tensor(pairs, dtype=torch.int64)
+
+
+def cpu_methods(
+    src: torch.Tensor, dst: torch.Tensor, pattern: str, n: int, rng: random.Random
+) -> dict[str, Callable[[], object]]:
+    """The three CPU contenders for one (pattern, N) point over two pools."""
+    block_bytes = src[0].numel() * src.element_size()
+    pairs, mapping = block_mapping(pattern, n, rng)
     mover = BlockMover(src, dst)
     nbytes = n * block_bytes
     src_addr, dst_addr = src.data_ptr(), dst.data_ptr()
@@ -158,14 +165,7 @@ def cuda_methods(
     from kvobs.kernels import StreamMover
 
     block_bytes = src[0].numel() * src.element_size()
-    pairs = list(
-        zip(
-            block_ids(pattern, n, POOL_BLOCKS, rng),
-            block_ids(pattern, n, POOL_BLOCKS, rng),
-            strict=True,
-        )
-    )
-    mapping = torch.tensor(pairs, dtype=torch.int64)
+    pairs, mapping = block_mapping(pattern, n, rng)
     mover = StreamMover(src, dst)
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     flat_src, flat_dst = src.view(-1).view(torch.uint8), dst.view(-1).view(torch.uint8)
