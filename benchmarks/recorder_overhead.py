@@ -30,8 +30,8 @@ def _loops(n: int) -> dict[str, Callable[[], None]]:
     gpu = rec.add_tier("gpu", capacity_blocks=1 << 30, block_tokens=16, block_bytes=1)
     link = rec.link("gpu", "host")
     bare = _Bare()
-    allocated, freed, reused, evicted = gpu.allocated, gpu.freed, gpu.reused, gpu.evicted
-    lookup, completed = rec.lookup, link.completed
+    allocate, free, reuse, evict = gpu.allocate, gpu.free, gpu.reuse, gpu.evict
+    lookup, transfer = rec.lookup, link.transfer
 
     def empty() -> None:
         for _ in range(n):
@@ -41,40 +41,40 @@ def _loops(n: int) -> dict[str, Callable[[], None]]:
         for _ in range(n):
             bare.count += 1
 
-    def tier_allocated() -> None:
+    def tier_allocate() -> None:
         for _ in range(n):
-            allocated(1)
+            allocate(1)
 
-    def tier_freed_cached() -> None:
+    def tier_free_cached() -> None:
         for _ in range(n):
-            freed(1, True)
+            free(1, True)
 
-    def tier_reused() -> None:
+    def tier_reuse() -> None:
         for _ in range(n):
-            reused(1)
+            reuse(1)
 
-    def tier_evicted() -> None:
+    def tier_evict() -> None:
         for _ in range(n):
-            evicted(1, "capacity")
+            evict(1, "capacity")
 
     def lookup_per_request() -> None:
         for _ in range(n):
             lookup(512, 256, 128)
 
-    def link_completed_per_batch() -> None:
+    def link_transfer_per_batch() -> None:
         for _ in range(n):
-            completed(16, 1 << 20, 1e-4)
+            transfer(16, 1 << 20, 1e-4)
         link.drain_durations()
 
     return {
         "empty_loop": empty,
         "bare_increment": bare_increment,
-        "tier.allocated": tier_allocated,
-        "tier.freed(cached)": tier_freed_cached,
-        "tier.reused": tier_reused,
-        "tier.evicted(reason)": tier_evicted,
+        "tier.allocate": tier_allocate,
+        "tier.free(cached)": tier_free_cached,
+        "tier.reuse": tier_reuse,
+        "tier.evict(reason)": tier_evict,
         "rec.lookup (per request)": lookup_per_request,
-        "link.completed (per batch)": link_completed_per_batch,
+        "link.transfer (per batch)": link_transfer_per_batch,
     }
 
 

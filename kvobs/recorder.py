@@ -4,8 +4,8 @@ An allocator event costs one Python method call and one integer add (tens of
 nanoseconds). Nothing here calls a telemetry library, takes a lock per block, logs, or
 allocates per event; sinks read :meth:`Recorder.snapshot` at collection time instead.
 
-Occupancy is derived from the counters rather than kept as separate gauges, so every
-event touches a single counter::
+The events are the vocabulary of :mod:`kvobs.events`. Occupancy is derived from the
+counters rather than kept as separate gauges, so every event touches a single counter::
 
     in_use = allocations + reuses - frees
     cached = frees_to_cache + stores - reuses - evictions
@@ -18,7 +18,7 @@ this. Free-threaded builds would need per-thread shards.
 Example:
     >>> rec = Recorder(engine="demo", model="llama-3-8b")
     >>> gpu = rec.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=2**21)
-    >>> gpu.allocated(3); gpu.freed(2, cached=True); gpu.reused(1)
+    >>> gpu.allocate(3); gpu.free(2, cached=True); gpu.reuse(1)
     >>> t = rec.snapshot().tier("gpu")
     >>> (t.in_use_blocks, t.cached_blocks, t.free_blocks)
     (2, 1, 5)
@@ -30,15 +30,16 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import structlog
 
 from kvobs.catalog import EVICTION_REASONS
 from kvobs.errors import ConfigError, UnknownTierError
+from kvobs.events import Keys
 from kvobs.snapshot import LinkSnapshot, LookupSnapshot, RecorderSnapshot, TierSnapshot
 from kvobs.thrash import ThrashTracker
-from kvobs.tiers import tier_order, validate_tier_name
+from kvobs.tiers import HOST, tier_order, validate_tier_name
 
 ResidentSource = Callable[[], tuple[int, int]]
 
@@ -46,9 +47,10 @@ _log = structlog.get_logger("kvobs")
 
 
 class TierRecorder:
-    """Counters of one tier. Bind once (``gpu = rec.tier("gpu")``), call per event.
+    """Counters of one tier, fed by the :class:`~kvobs.events.TierEvents` vocabulary.
 
-    Every method is a single integer add and never raises for valid ints.
+    Bind once (``gpu = rec.tier("gpu")``), call per event. Every method is one or two
+    integer adds and never raises for valid ints.
     """
 
     __slots__ = (
@@ -65,9 +67,11 @@ class TierRecorder:
         "name",
         "reuses",
         "stores",
+        "thrash",
     )
 
-    def __init__(self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int):
+    def __init__(self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int,
+                 thrash: ThrashTracker | None = None):
         self.name = name
         self.capacity_blocks = capacity_blocks
         self.block_tokens = block_tokens
@@ -79,30 +83,37 @@ class TierRecorder:
         self.stores = 0
         self.evictions_capacity = 0
         self.evictions = dict.fromkeys(EVICTION_REASONS, 0)  # "capacity" stays 0 here
+        self.thrash = thrash  # offload tiers: keys of stores / reuses / evictions feed it
         self._resident: tuple[int, int] | None = None
         self._resident_source: ResidentSource | None = None
 
-    def allocated(self, n: int = 1) -> None:
+    def allocate(self, n: int = 1) -> None:
         """``n`` free blocks were handed to requests (free -> in use)."""
         self.allocations += n
 
-    def freed(self, n: int = 1, cached: bool = False) -> None:
+    def free(self, n: int = 1, cached: bool = False) -> None:
         """``n`` blocks were released: kept as cached data if ``cached``, else emptied."""
         if cached:
             self.frees_to_cache += n
         else:
             self.frees_to_free += n
 
-    def reused(self, n: int = 1) -> None:
+    def reuse(self, n: int = 1, keys: Keys = None) -> None:
         """``n`` cached blocks were taken back into use by a prefix hit (cached -> in use)."""
         self.reuses += n
+        if keys is not None and self.thrash is not None:
+            self.thrash.onloaded(keys)
 
-    def stored(self, n: int = 1) -> None:
+    def store(self, n: int = 1, keys: Keys = None) -> None:
         """``n`` blocks were written into this tier as cached data (free -> cached)."""
         self.stores += n
+        if keys is not None and self.thrash is not None:
+            self.thrash.offloaded(keys)
 
-    def evicted(self, n: int = 1, reason: str = "capacity") -> None:
+    def evict(self, n: int = 1, reason: str = "capacity", keys: Keys = None) -> None:
         """``n`` cached blocks were dropped (cached -> free); unknown reasons count as other."""
+        if keys is not None and self.thrash is not None:
+            self.thrash.evicted(keys)
         if reason == "capacity":  # the common case skips the dict
             self.evictions_capacity += n
             return
@@ -125,45 +136,62 @@ class TierRecorder:
         self.capacity_blocks = blocks
 
     def snapshot(self) -> TierSnapshot:
-        """Point-in-time copy of the counters and occupancy."""
+        """Point-in-time copy of the counters and occupancy.
+
+        Occupancy is read first (a resident source may settle derived counters), then
+        the counters. It is clamped so that a reading taken while the engine is between
+        two updates still satisfies ``0 <= in_use``, ``0 <= cached`` and
+        ``in_use + cached <= capacity`` (free never reads negative).
+        """
         resident = self._resident
         if self._resident_source is not None:
-            # First: an adapter that derives counters from engine state settles them here.
             resident = self._resident_source()
         evictions = dict(self.evictions)
         evictions["capacity"] = self.evictions_capacity
-        frees = self.frees_to_cache + self.frees_to_free
+        to_cache = self.frees_to_cache
+        frees = to_cache + self.frees_to_free
         if resident is None:
             resident = (
                 self.allocations + self.reuses - frees,
-                self.frees_to_cache + self.stores - self.reuses - sum(evictions.values()),
+                to_cache + self.stores - self.reuses - sum(evictions.values()),
             )
+        capacity = self.capacity_blocks
+        in_use = min(max(resident[0], 0), capacity)
+        cached = min(max(resident[1], 0), capacity - in_use)
         return TierSnapshot(
             self.name,
-            self.capacity_blocks,
+            capacity,
             self.block_tokens,
             self.block_bytes,
             self.allocations,
             frees,
+            to_cache,
             self.reuses,
             self.stores,
             evictions,
-            resident[0],
-            resident[1],
+            in_use,
+            cached,
         )
 
 
 class LinkRecorder:
-    """Transfers in one direction. ``completed`` is called once per batch, not per block.
+    """Transfers in one direction, fed by the :class:`~kvobs.events.LinkEvents` vocabulary.
 
-    Durations go to a bounded buffer that the telemetry sink drains into a histogram at
-    collection time; when it is full, samples are dropped and counted, counters stay exact.
+    ``transfer`` is called once per batch, not per block. Durations go to a bounded
+    buffer that the telemetry sink drains into a histogram at collection time; when it
+    is full, samples are dropped and counted, counters stay exact.
+
+    ``counts=False`` makes a link that only times transfers (``timed``): a process that
+    sees a transfer's device time but not its landing (a vLLM worker, whose scheduler
+    process counts the transfer) exports the duration histogram and no counters, so a
+    sum across processes never counts one transfer twice.
     """
 
     __slots__ = (
         "blocks",
         "buffer_limit",
         "bytes",
+        "counts",
         "dropped_samples",
         "drops",
         "dst",
@@ -174,9 +202,10 @@ class LinkRecorder:
         "src",
     )
 
-    def __init__(self, src: str, dst: str, buffer_limit: int = 65536):
+    def __init__(self, src: str, dst: str, buffer_limit: int = 65536, counts: bool = True):
         self.src = src
         self.dst = dst
+        self.counts = counts
         self.operations = 0
         self.blocks = 0
         self.bytes = 0
@@ -187,24 +216,36 @@ class LinkRecorder:
         self.buffer_limit = buffer_limit
         self.durations: deque[float] = deque()
 
-    def completed(self, blocks: int, nbytes: int, seconds: float) -> None:
-        """A batch of ``blocks`` blocks (``nbytes`` bytes) moved in ``seconds``."""
+    def transfer(self, blocks: int, nbytes: int, seconds: float | None = None) -> None:
+        """A batch of ``blocks`` blocks (``nbytes`` bytes) landed, in ``seconds`` if timed."""
         self.operations += 1
         self.blocks += blocks
         self.bytes += nbytes
+        if seconds is not None:
+            self.timed(seconds)
+
+    def timed(self, seconds: float) -> None:
+        """One transfer took ``seconds`` (device time where there is a device)."""
         self.seconds += seconds
         if len(self.durations) < self.buffer_limit:
             self.durations.append(seconds)
         else:
             self.dropped_samples += 1
 
-    def failed(self, blocks: int, nbytes: int = 0) -> None:
+    def fail(self, blocks: int, nbytes: int = 0) -> None:
         """A batch of ``blocks`` blocks failed to move."""
         self.failures += blocks
 
-    def dropped(self, blocks: int) -> None:
-        """``blocks`` blocks were not moved because the destination tier was full."""
+    def drop(self, blocks: int) -> None:
+        """``blocks`` distinct blocks were refused because the destination tier was full."""
         self.drops += blocks
+
+    # kvobs.kernels reports through TransferLink (completed / failed): the same events.
+    def completed(self, blocks: int, nbytes: int, seconds: float) -> None:
+        """:meth:`transfer`, under the name :class:`kvobs.kernels.link.TransferLink` uses."""
+        self.transfer(blocks, nbytes, seconds)
+
+    failed = fail
 
     def drain_durations(self) -> list[float]:
         """Take the buffered durations (oldest first); safe against concurrent appends."""
@@ -225,6 +266,7 @@ class LinkRecorder:
             self.failures,
             self.drops,
             self.seconds,
+            self.counts,
         )
 
 
@@ -237,6 +279,8 @@ class Recorder:
         thrash_window_s: an onload within this many seconds of the block's offload
             counts as thrash.
         clock_ns: the thrash tracker's clock; simulations pass their virtual clock.
+        labels: constant labels this process adds to every series (``dp_rank``,
+            ``role``...), for processes of one engine that export side by side.
     """
 
     def __init__(
@@ -245,9 +289,11 @@ class Recorder:
         model: str = "unknown",
         thrash_window_s: float = 10.0,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self.engine = engine
         self.model = model
+        self.labels = dict(labels or {})
         self._tiers: dict[str, TierRecorder] = {}
         self._links: dict[tuple[str, str], LinkRecorder] = {}
         self._setup_lock = threading.Lock()
@@ -263,7 +309,10 @@ class Recorder:
     def add_tier(
         self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int
     ) -> TierRecorder:
-        """Register a tier (or return the existing one after updating its capacity)."""
+        """Register a tier (or return the existing one after updating its capacity).
+
+        The host tier's keyed events (stores, reuses, evictions) feed the thrash tracker.
+        """
         validate_tier_name(name)
         for field, value in (
             ("capacity_blocks", capacity_blocks),
@@ -275,7 +324,8 @@ class Recorder:
             tier = self._tiers.get(name)
             if tier is None:
                 tier = self._tiers[name] = TierRecorder(
-                    name, capacity_blocks, block_tokens, block_bytes
+                    name, capacity_blocks, block_tokens, block_bytes,
+                    self.thrash if name == HOST else None,
                 )
             else:
                 tier.capacity_blocks = capacity_blocks
@@ -297,15 +347,19 @@ class Recorder:
         """Registered tiers, fastest first."""
         return tuple(sorted(self._tiers, key=tier_order))
 
-    def link(self, src: str, dst: str) -> LinkRecorder:
-        """The transfer recorder for ``src -> dst``, created on first use."""
+    def link(self, src: str, dst: str, counts: bool = True) -> LinkRecorder:
+        """The transfer recorder for ``src -> dst``, created on first use.
+
+        ``counts=False`` (at creation) makes a link that only times transfers; see
+        :class:`LinkRecorder`.
+        """
         key = (src, dst)
         link = self._links.get(key)
         if link is None:
             validate_tier_name(src)
             validate_tier_name(dst)
             with self._setup_lock:
-                link = self._links.setdefault(key, LinkRecorder(src, dst))
+                link = self._links.setdefault(key, LinkRecorder(src, dst, counts=counts))
         return link
 
     @property

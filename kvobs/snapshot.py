@@ -20,6 +20,7 @@ class TierSnapshot:
     block_bytes: int
     allocations: int
     frees: int
+    frees_to_cache: int
     reuses: int
     stores: int
     evictions: Mapping[str, int]
@@ -59,6 +60,7 @@ class LinkSnapshot:
     failures: int
     drops: int
     seconds: float
+    counts: bool = True  # False: a timing-only link (see LinkRecorder)
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,51 @@
-"""Instance-level method wrapping shared by every engine adapter.
+"""The one piece of machinery every engine adapter uses: declare hooks, it does the rest.
 
-An adapter never subclasses an engine class and never patches it globally: it sets
-wrappers as attributes of one *instance*, which shadow the class's methods for that
-object only. :class:`Instrumentation` remembers what it shadowed and puts it back.
+An adapter is a declarative table: an :class:`AdapterSpec` naming the engine classes it
+supports and one :class:`Hook` per engine method (which vocabulary event the call means,
+see :mod:`kvobs.events`, and small functions that read its arguments and result).
+:func:`instrument` then, for one engine *instance*:
 
-Before installing anything, :func:`begin` checks that the object is the kind the adapter
-supports (by class name, so no engine import is needed) and that every hooked method
-exists with the parameters the wrapper relies on. An unsupported object is a clear
-:class:`AdapterError`; a supported class whose methods changed (an engine version kvobs
-does not know) logs one warning and instruments nothing, never half.
+* checks it (class name, every hooked method and its leading parameters, the state
+  attributes the readers use): an unsupported object is an :class:`AdapterError`; a
+  supported class whose methods changed (an engine version kvobs does not know) logs one
+  warning naming what is missing and instruments nothing, never half;
+* installs a wrapper per hook as an attribute of that instance (never the class): the
+  engine's results and exceptions pass through untouched; a failure in a reader is
+  counted as ``kvobs_instrumentation_errors_total{component=...}`` and logged at most
+  once a minute, and the engine call goes on;
+* remembers what it shadowed, so ``unwrap()`` restores the object exactly.
+
+No adapter writes recorder fields or its own ``try``/``except``: readers call the
+:class:`~kvobs.events.TierEvents` / :class:`~kvobs.events.LinkEvents` methods, and a
+hook that only adds one argument to a counter (``count=``) gets a generated wrapper with
+the engine method's own signature, the cheapest Python can do (one call, one add).
 
 Example:
+    >>> from kvobs.recorder import Recorder
     >>> class BlockPool:
     ...     def get_new_blocks(self, num_blocks): return [0] * num_blocks
+    ...     def free_blocks(self, blocks): return None
+    >>> def freed(inst, state, result, blocks):
+    ...     inst.tier.free(len(blocks))
+    >>> SPEC = AdapterSpec("demo.block_pool", ("BlockPool",), (
+    ...     Hook("get_new_blocks", ("num_blocks",), "allocate", count="num_blocks"),
+    ...     Hook("free_blocks", ("blocks",), "free", after=freed),
+    ... ))
+    >>> rec = Recorder()
     >>> pool = BlockPool()
-    >>> hooks = (Hook("get_new_blocks", ("num_blocks",)),)
-    >>> make = lambda ok: Instrumentation(pool, "demo", ok)
-    >>> inst = begin(pool, ("BlockPool",), hooks, "demo", make)
-    >>> original = pool.get_new_blocks
-    >>> inst.install("get_new_blocks", lambda num_blocks: original(num_blocks) + [1])
-    >>> pool.get_new_blocks(1)
-    [0, 1]
+    >>> inst = instrument(pool, SPEC, lambda active: Instrumentation(
+    ...     pool, SPEC.component, active, rec, rec.add_tier("gpu", 8, 16, 1024)))
+    >>> pool.free_blocks(pool.get_new_blocks(3))
+    >>> t = rec.snapshot().tier("gpu"); (t.allocations, t.frees)
+    (3, 3)
     >>> inst.unwrap()
-    >>> pool.get_new_blocks(1), pool.get_new_blocks.__func__ is BlockPool.get_new_blocks
-    ([0], True)
+    >>> pool.get_new_blocks.__func__ is BlockPool.get_new_blocks
+    True
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterable
@@ -37,6 +55,7 @@ from typing import Any, TypeVar
 import structlog
 
 from kvobs.errors import KvobsError
+from kvobs.events import EVENTS, NULL_TIER, TierEvents
 
 _log = structlog.get_logger("kvobs.adapters")
 
@@ -51,12 +70,73 @@ class AdapterError(KvobsError, TypeError):
     """The object cannot be instrumented: wrong kind, or already instrumented."""
 
 
+#: What a hook's call may mean: a vocabulary event, a prefix ``lookup``, or ``track``
+#: (bookkeeping that a collection-time derivation of events reads).
+MEANINGS: tuple[str, ...] = (*EVENTS, "lookup", "track")
+#: Counter a ``count=`` hook adds its argument to, per event.
+COUNT_FIELDS = {"allocate": "allocations", "reuse": "reuses", "store": "stores"}
+
+Before = Callable[..., Any]
+After = Callable[..., None]
+
+
 @dataclass(frozen=True)
 class Hook:
-    """A method an adapter wraps and the leading parameter names its wrapper relies on."""
+    """One engine method an adapter wraps, and what its calls mean.
+
+    Attributes:
+        method: the engine method's name.
+        params: its leading parameter names (after ``self``) that the readers rely on;
+            checked against the engine's signature at wrap time.
+        means: the vocabulary event(s) a call means, e.g. ``"allocate"`` or
+            ``"reuse, allocate"`` (see :data:`MEANINGS`).
+        count: fast path: add this argument to the counter of ``means`` on
+            ``inst.tier`` (one event of :data:`COUNT_FIELDS`; no readers).
+        before: ``before(inst, *args, **kwargs) -> state``, read before the engine call.
+        after: ``after(inst, state, result, *args, **kwargs)``, read after it returned.
+        reiterable: arguments the readers iterate as well as the engine: an iterator
+            passed there is turned into a list first, so reading never consumes it.
+        optional: the engine may lack the method (then it is not wrapped).
+    """
 
     method: str
     params: tuple[str, ...]
+    means: str = ""
+    count: str | None = None
+    before: Before | None = None
+    after: After | None = None
+    reiterable: tuple[str, ...] = ()
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        words = [w.strip() for w in self.means.split(",") if w.strip()]
+        unknown = [w for w in words if w not in MEANINGS]
+        if unknown:
+            raise ValueError(f"Hook {self.method}: means {unknown} are not in the vocabulary "
+                             f"{MEANINGS}")
+        if self.count is not None:
+            if self.means not in COUNT_FIELDS or self.before or self.after:
+                raise ValueError(f"Hook {self.method}: count= needs means in "
+                                 f"{tuple(COUNT_FIELDS)} and no readers")
+            if self.count not in self.params:
+                raise ValueError(f"Hook {self.method}: count={self.count!r} is not in params")
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """An adapter: the engine classes it supports and the hooks it installs on them.
+
+    Attributes:
+        component: name in errors, warnings and ``kvobs_instrumentation_errors_total``.
+        kinds: class names (of the object or a base) the adapter supports.
+        hooks: the methods it wraps.
+        state: dotted attribute paths its readers use (``null_block.ref_cnt``).
+    """
+
+    component: str
+    kinds: tuple[str, ...]
+    hooks: tuple[Hook, ...]
+    state: tuple[str, ...] = ()
 
 
 def signature_problems(target: object, hooks: Iterable[Hook]) -> list[str]:
@@ -66,7 +146,8 @@ def signature_problems(target: object, hooks: Iterable[Hook]) -> list[str]:
     for hook in hooks:
         method = getattr(cls, hook.method, None)
         if not callable(method):
-            problems.append(f"{cls.__name__}.{hook.method} is missing")
+            if not hook.optional:
+                problems.append(f"{cls.__name__}.{hook.method} is missing")
             continue
         try:
             params = tuple(inspect.signature(method).parameters)[1:]  # drop self
@@ -90,16 +171,27 @@ def warn_once(key: str, event: str, **fields: Any) -> None:
     _log.warning(event, **fields)
 
 
+def _ignore_error(component: str, exc: BaseException | None = None) -> None:
+    """Where errors go when an instrumentation has no recorder."""
+
+
 class Instrumentation:
     """The wrappers installed on one engine object; :meth:`unwrap` restores it exactly.
 
     ``active`` is False when the object's version is unknown and nothing was installed.
+    ``tier`` is the tier the object's events go to (``count=`` hooks add to it); readers
+    reach the rest of the recorder through ``rec``.
     """
 
-    def __init__(self, target: object, component: str, active: bool = True) -> None:
+    def __init__(self, target: object, component: str, active: bool = True,
+                 rec: Any = None, tier: TierEvents = NULL_TIER) -> None:
         self.target: Any = target
         self.component = component
         self.active = active
+        self.rec = rec
+        self.tier: Any = tier
+        self.error: Callable[[str, BaseException | None], None] = \
+            rec.error if rec is not None else _ignore_error
         self._shadowed: dict[str, tuple[bool, Any]] = {}
         self._on_unwrap: list[Callable[[], None]] = []
 
@@ -212,3 +304,148 @@ def _has_path(obj: object, path: str) -> bool:
             return False
         obj = getattr(obj, name)
     return True
+
+
+def instrument(target: object, spec: AdapterSpec, make: Callable[[bool], InstT]) -> InstT:
+    """Check ``target`` against ``spec``, build ``make(active)`` and install every hook.
+
+    Returns the instrumentation: active with every hook installed, or inactive with
+    nothing installed (an engine version whose methods or state differ; one warning).
+
+    Raises:
+        AdapterError: ``target`` is not one of ``spec.kinds``, cannot hold instance
+            attributes, or is already instrumented.
+    """
+    inst = begin(target, spec.kinds, spec.hooks, spec.component, make, spec.state)
+    if inst.active:
+        for hook in spec.hooks:
+            original = getattr(target, hook.method, None)
+            if original is None:  # an optional method this engine lacks
+                continue
+            inst.install(hook.method, _wrapper(inst, hook, original))
+    return inst
+
+
+def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
+    if hook.count is not None:
+        wrapper = _count_wrapper(inst, hook, original)
+    elif inspect.iscoroutinefunction(original):
+        wrapper = _async_wrapper(inst, hook, original)
+    else:
+        wrapper = _call_wrapper(inst, hook, original)
+    functools.update_wrapper(wrapper, original, assigned=("__name__", "__qualname__", "__doc__"),
+                             updated=())
+    return wrapper
+
+
+def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:
+    """Whether ``original`` takes exactly ``params``, positional-or-keyword, no defaults."""
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return False
+    return tuple(signature.parameters) == params and all(
+        p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+        for p in signature.parameters.values())
+
+
+def _count_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
+    """``original`` then ``tier.<field> += <count argument>``, guarded.
+
+    With the engine's exact signature the wrapper is generated (as dataclasses does),
+    so a hot allocator call pays one extra call and one add; otherwise it takes
+    ``*args, **kwargs`` and reads the argument by position or name.
+    """
+    field = COUNT_FIELDS[hook.means]
+    tier, error, component = inst.tier, inst.error, inst.component
+    if _exact_params(original, hook.params):
+        params = ", ".join(hook.params)
+        source = (f"def {hook.method}({params}):\n"
+                  f"    result = original({params})\n"
+                  f"    try:\n"
+                  f"        tier.{field} += {hook.count}\n"
+                  f"    except Exception as exc:\n"
+                  f"        error(component, exc)\n"
+                  f"    return result\n")
+        namespace: dict[str, Any] = {"original": original, "tier": tier, "error": error,
+                                     "component": component}
+        exec(source, namespace)  # built from identifiers the signature check read
+        return namespace[hook.method]
+    name: str = hook.count or ""
+    index = hook.params.index(name)
+    event = getattr(tier, hook.means)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            event(args[index] if len(args) > index else kwargs[name])
+        except Exception as exc:
+            error(component, exc)
+        return result
+
+    return counting
+
+
+def _reiterable(hook: Hook) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...]]:
+    positions = [(hook.params.index(name), name) for name in hook.reiterable]
+
+    def relist(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        for index, name in positions:
+            if len(args) > index:
+                if not isinstance(args[index], (list, tuple)):
+                    args = (*args[:index], list(args[index]), *args[index + 1:])
+            elif name in kwargs and not isinstance(kwargs[name], (list, tuple)):
+                kwargs[name] = list(kwargs[name])
+        return args
+
+    return relist
+
+
+def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
+    before, after, error, component = hook.before, hook.after, inst.error, inst.component
+    relist = _reiterable(hook) if hook.reiterable else None
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if relist is not None:
+            args = relist(args, kwargs)
+        state = None
+        if before is not None:
+            try:
+                state = before(inst, *args, **kwargs)
+            except Exception as exc:
+                error(component, exc)
+                return original(*args, **kwargs)  # no state: nothing to read after
+        result = original(*args, **kwargs)
+        if after is not None:
+            try:
+                after(inst, state, result, *args, **kwargs)
+            except Exception as exc:
+                error(component, exc)
+        return result
+
+    return wrapper
+
+
+def _async_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
+    before, after, error, component = hook.before, hook.after, inst.error, inst.component
+    relist = _reiterable(hook) if hook.reiterable else None
+
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if relist is not None:
+            args = relist(args, kwargs)
+        state = None
+        if before is not None:
+            try:
+                state = before(inst, *args, **kwargs)
+            except Exception as exc:
+                error(component, exc)
+                return await original(*args, **kwargs)
+        result = await original(*args, **kwargs)
+        if after is not None:
+            try:
+                after(inst, state, result, *args, **kwargs)
+            except Exception as exc:
+                error(component, exc)
+        return result
+
+    return wrapper

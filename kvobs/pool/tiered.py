@@ -159,20 +159,23 @@ class TieredKVPool:
             if self._gpu_ref[block] == 0:
                 del self._gpu_cached[self._gpu_hash[block]]  # type: ignore[arg-type]
             self._gpu_ref[block] += 1
-        self._gpu.reused(idle_hits)
+        self._gpu.reuse(idle_hits)
 
         onload_hashes = hashes[gpu_hits : gpu_hits + host_hits]
         onload_src = [self._host_by_hash[h] for h in onload_hashes]
         new_blocks = self._take_gpu_blocks(needed, pinned_host=set(onload_src))
         for block in new_blocks:
             self._gpu_ref[block] = 1
-        self._gpu.allocated(needed)
+        self._gpu.allocate(needed)
 
         if onload_src:
             for h in onload_hashes:
                 self._host_by_hash.move_to_end(h)
+            # A host hit reads cached host blocks (reuse) that stay cached once the
+            # onload has copied them (free to cache): the same events as vLLM's loads.
+            self._host.reuse(host_hits, keys=onload_hashes)
             self._onload.copy(list(zip(onload_src, new_blocks[:host_hits], strict=True)))
-            self.recorder.thrash.onloaded(onload_hashes)
+            self._host.free(host_hits, cached=True)
         # Output blocks come last and get no hash until release.
         for h, block in zip(hashes[gpu_hits:], new_blocks, strict=False):
             self._register(h, block)
@@ -200,8 +203,8 @@ class TieredKVPool:
             else:
                 self._gpu_cached[h] = block
                 cached += 1
-        self._gpu.freed(cached, cached=True)
-        self._gpu.freed(emptied, cached=False)
+        self._gpu.free(cached, cached=True)
+        self._gpu.free(emptied, cached=False)
 
     def poll_transfers(self) -> None:
         """Report finished asynchronous (CUDA) transfers; a no-op on CPU."""
@@ -230,7 +233,7 @@ class TieredKVPool:
             del self._gpu_by_hash[h]
             self._gpu_hash[block] = None
             taken.append(block)
-        self._gpu.evicted(shortfall, "capacity")
+        self._gpu.evict(shortfall, "capacity")
         return taken
 
     def _offload_victims(self, victims: list[tuple[int, int]], pinned_host: set[int]) -> None:
@@ -251,11 +254,10 @@ class TieredKVPool:
             pairs.append((gpu_block, host_block))
             offloaded.append(h)
         if dropped:
-            self._offload_link.dropped(dropped)
+            self._offload_link.drop(dropped)
         if pairs:
             self._offload.copy(pairs)
-            self._host.stored(len(pairs))
-            self.recorder.thrash.offloaded(offloaded)
+            self._host.store(len(pairs), keys=offloaded)
 
     def _host_slot(self, pinned: set[int]) -> int | None:
         if self._host_free:
@@ -263,7 +265,6 @@ class TieredKVPool:
         for h, block in self._host_by_hash.items():
             if block not in pinned:
                 del self._host_by_hash[h]
-                self._host.evicted(1, "capacity")
-                self.recorder.thrash.evicted((h,))
+                self._host.evict(1, "capacity", keys=(h,))
                 return block
         return None

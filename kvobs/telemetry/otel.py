@@ -10,7 +10,7 @@ Example:
     >>> from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     >>> from kvobs.recorder import Recorder
     >>> rec = Recorder(engine="demo", model="m")
-    >>> rec.link("gpu", "host").completed(4, 4096, 0.002)
+    >>> rec.link("gpu", "host").transfer(4, 4096, 0.002)
     >>> reader = InMemoryMetricReader()
     >>> bridge = OtelBridge(rec, [reader])
     >>> names = {m.name for rm in reader.get_metrics_data().resource_metrics
@@ -55,7 +55,7 @@ class OtelBridge:
     ) -> None:
         self._recorder = recorder
         self._sources = tuple(sources)
-        self._common = {"engine": recorder.engine, "model": recorder.model}
+        self._common = {"engine": recorder.engine, "model": recorder.model, **recorder.labels}
         self._series: Series = {}
         resource = Resource.create(
             {"service.name": "kvobs", "service.version": __version__, **self._common}

@@ -54,6 +54,8 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
         add("kvobs_lookup_tokens_total", {"outcome": outcome}, tokens)
 
     for link in snap.links:
+        if not link.counts:  # a timing-only link exports its durations alone
+            continue
         direction = {"src_tier": link.src, "dst_tier": link.dst}
         add("kvobs_transfer_operations_total", direction, link.operations)
         add("kvobs_transfer_blocks_total", direction, link.blocks)

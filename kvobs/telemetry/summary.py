@@ -6,7 +6,7 @@ Example:
     >>> from kvobs.recorder import Recorder
     >>> rec = Recorder()
     >>> _ = rec.add_tier("gpu", capacity_blocks=10, block_tokens=16, block_bytes=64)
-    >>> before = rec.snapshot(); rec.lookup(100, gpu_hit=60); rec.tier("gpu").allocated(5)
+    >>> before = rec.snapshot(); rec.lookup(100, gpu_hit=60); rec.tier("gpu").allocate(5)
     >>> fields = summary_fields(before, rec.snapshot(), elapsed_s=2.0)
     >>> fields["tiers"]["gpu"]["occupancy"], fields["lookup_tokens"]["gpu_hit"]
     (0.5, 0.6)

@@ -18,12 +18,12 @@ def make(capacity=64):
 
 def test_state_transitions():
     rec, gpu = make(10)
-    gpu.allocated(4)  # free -> in use
-    gpu.freed(3, cached=True)  # in use -> cached
-    gpu.freed(1)  # in use -> free
-    gpu.reused(2)  # cached -> in use
-    gpu.evicted(1)  # cached -> free
-    gpu.stored(5)  # free -> cached
+    gpu.allocate(4)  # free -> in use
+    gpu.free(3, cached=True)  # in use -> cached
+    gpu.free(1)  # in use -> free
+    gpu.reuse(2)  # cached -> in use
+    gpu.evict(1)  # cached -> free
+    gpu.store(5)  # free -> cached
     t = rec.snapshot().tier("gpu")
     assert (t.in_use_blocks, t.cached_blocks, t.free_blocks) == (2, 5, 3)
     assert (t.allocations, t.frees, t.reuses, t.stores, t.evictions_total) == (4, 4, 2, 5, 1)
@@ -31,9 +31,9 @@ def test_state_transitions():
 
 def test_unknown_eviction_reason_counts_as_other():
     rec, gpu = make()
-    gpu.stored(2)
-    gpu.evicted(1, reason="cosmic-ray")
-    gpu.evicted(1, reason="explicit")
+    gpu.store(2)
+    gpu.evict(1, reason="cosmic-ray")
+    gpu.evict(1, reason="explicit")
     evictions = rec.snapshot().tier("gpu").evictions
     assert evictions["other"] == 1 and evictions["explicit"] == 1
 
@@ -71,9 +71,9 @@ def test_link_counts_and_bounded_duration_buffer():
     link = rec.link("gpu", "host")
     link.buffer_limit = 3
     for _ in range(5):
-        link.completed(2, 2048, 0.001)
-    link.failed(3)
-    link.dropped(4)
+        link.transfer(2, 2048, 0.001)
+    link.fail(3)
+    link.drop(4)
     snap = rec.snapshot()
     assert snap.link("gpu", "host").blocks == 10
     assert (snap.link("gpu", "host").failures, snap.link("gpu", "host").drops) == (3, 4)
@@ -113,22 +113,22 @@ def test_invariants_hold_for_any_valid_sequence(ops):
     for op, n in ops:
         if op == "alloc" and free >= n:
             free, in_use = free - n, in_use + n
-            gpu.allocated(n)
+            gpu.allocate(n)
         elif op == "free" and in_use >= n:
             in_use, free = in_use - n, free + n
-            gpu.freed(n)
+            gpu.free(n)
         elif op == "free_cached" and in_use >= n:
             in_use, cached = in_use - n, cached + n
-            gpu.freed(n, cached=True)
+            gpu.free(n, cached=True)
         elif op == "reuse" and cached >= n:
             cached, in_use = cached - n, in_use + n
-            gpu.reused(n)
+            gpu.reuse(n)
         elif op == "evict" and cached >= n:
             cached, free = cached - n, free + n
-            gpu.evicted(n)
+            gpu.evict(n)
         elif op == "store" and free >= n:
             free, cached = free - n, cached + n
-            gpu.stored(n)
+            gpu.store(n)
         t = rec.snapshot().tier("gpu")
         assert (t.in_use_blocks, t.cached_blocks, t.free_blocks) == (in_use, cached, free)
         assert t.in_use_blocks + t.cached_blocks + t.free_blocks == t.capacity_blocks
@@ -146,14 +146,14 @@ def test_eight_threads_lose_no_update():
     def worker():
         start.wait()
         for _ in range(rounds):
-            gpu.allocated(2)
-            gpu.freed(1, cached=True)
-            gpu.freed(1)
-            gpu.reused(1)
-            gpu.freed(1, cached=True)
-            gpu.evicted(1, "capacity")
+            gpu.allocate(2)
+            gpu.free(1, cached=True)
+            gpu.free(1)
+            gpu.reuse(1)
+            gpu.free(1, cached=True)
+            gpu.evict(1, "capacity")
             rec.lookup(16, gpu_hit=8)
-            link.completed(1, 64, 1e-6)
+            link.transfer(1, 64, 1e-6)
 
     pool = [threading.Thread(target=worker) for _ in range(threads)]
     for thread in pool:

@@ -56,7 +56,7 @@ def test_unreachable_collector_is_counted_not_raised():
             summary_interval_s=0,
         )
         telemetry.bridge.force_flush()
-        rec.tier("gpu").allocated(1)  # the engine goes on
+        rec.tier("gpu").allocate(1)  # the engine goes on
         telemetry.close()
     assert rec.snapshot().errors.get("telemetry.otlp", 0) >= 1
 

@@ -92,8 +92,8 @@ def test_every_exported_name_is_in_the_catalog_and_counters_keep_growing(telemet
         names - nvml_only - {"kvobs_instrumentation_errors_total"}
         <= {n.removesuffix("_count") for n in exported} | exported
     )
-    rec.tier("gpu").allocated(5)
-    rec.link("host", "gpu").completed(1, 4096, 0.001)
+    rec.tier("gpu").allocate(5)
+    rec.link("host", "gpu").transfer(1, 4096, 0.001)
     second = scrape(started.metrics_url)
     assert value(second, "kvobs_block_allocations_total", tier="gpu") == 15
     assert (

@@ -26,7 +26,7 @@ def test_failing_series_source_is_counted_and_the_rest_exports():
     assert "kvobs_lookup_tokens" in names
     assert rec.snapshot().errors == {"telemetry.source": 1}
     assert any(e["event"] == "instrumentation_error" for e in logs)
-    rec.tier("gpu").allocated(1)  # the hot path is untouched
+    rec.tier("gpu").allocate(1)  # the hot path is untouched
     bridge.shutdown()
 
 
@@ -42,7 +42,7 @@ def test_failing_snapshot_during_collection_does_not_raise():
     with structlog.testing.capture_logs():
         bridge = OtelBridge(rec, [reader])
         reader.get_metrics_data()
-    gpu.allocated(3)
+    gpu.allocate(3)
     gpu.set_resident_source(None)
     assert rec.snapshot().errors["telemetry.otel"] >= 1
     assert rec.snapshot().tier("gpu").allocations == 13
@@ -61,7 +61,7 @@ def test_broken_summary_logger_is_counted():
         for _ in range(500):
             if rec.snapshot().errors.get("telemetry.summary"):
                 break
-            rec.tier("gpu").allocated(1)
+            rec.tier("gpu").allocate(1)
             import time
 
             time.sleep(0.01)
