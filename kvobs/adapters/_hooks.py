@@ -306,6 +306,39 @@ def _has_path(obj: object, path: str) -> bool:
     return True
 
 
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def guarded(component: str) -> Callable[[F], F]:
+    """Guard a callback method of an object with a ``rec`` (the generic callbacks): a
+    failure inside it is counted under ``component`` and logged, never raised.
+
+    Example:
+        >>> from kvobs.recorder import Recorder
+        >>> class Callbacks:
+        ...     def __init__(self, rec): self.rec = rec
+        ...     @guarded("mine")
+        ...     def allocate(self, tier, n): self.rec.tier(tier).allocate(n)
+        >>> import structlog.testing
+        >>> rec = Recorder()
+        >>> with structlog.testing.capture_logs() as logs:
+        ...     Callbacks(rec).allocate("nvme", 1)   # an unknown tier: counted, not raised
+        >>> logs[0]["event"], rec.snapshot().errors
+        ('instrumentation_error', {'mine': 1})
+    """
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def callback(self: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                method(self, *args, **kwargs)
+            except Exception as exc:
+                self.rec.error(component, exc)
+
+        return callback  # type: ignore[return-value]
+
+    return decorate
+
+
 def instrument(target: object, spec: AdapterSpec, make: Callable[[bool], InstT]) -> InstT:
     """Check ``target`` against ``spec``, build ``make(active)`` and install every hook.
 
@@ -335,7 +368,8 @@ def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) ->
         wrapper = _call_wrapper(inst, hook, original)
     functools.update_wrapper(wrapper, original, assigned=("__name__", "__qualname__", "__doc__"),
                              updated=())
-    return wrapper
+    wrapped: Callable[..., Any] = wrapper
+    return wrapped
 
 
 def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:

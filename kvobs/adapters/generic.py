@@ -4,10 +4,11 @@ Two ways in, both with the guarantees of the shipped adapters (the engine's resu
 exceptions pass through untouched; a kvobs failure is counted and logged, never raised):
 
 * **callbacks**: the engine calls :class:`KVCacheCallbacks` at its allocate / free /
-  lookup / transfer points (six methods, tier names as strings);
+  reuse / store / evict / transfer / drop / fail / lookup points: the vocabulary of
+  :mod:`kvobs.events`, with tier names as strings;
 * **wrapping**: :func:`instrument_methods` wraps methods of one allocator instance and
   calls ``after(result, *args, **kwargs)`` once each returns, so an allocator can be
-  observed without editing it.
+  observed without editing it (the same machinery the shipped adapters use).
 
 Example (a free-list allocator kvobs knows nothing about)::
 
@@ -31,19 +32,20 @@ Example (a free-list allocator kvobs knows nothing about)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from kvobs.adapters._hooks import Instrumentation, begin
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, guarded, instrument
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder, TierRecorder
 
 COMPONENT = "generic"
 TierSize = tuple[int, int, int]  # capacity_blocks, block_tokens, block_bytes
+Keys = Iterable[Hashable] | None
 
 
 class KVCacheCallbacks:
-    """The six events kvobs needs from an engine, keyed by tier name.
+    """The events kvobs needs from an engine, keyed by tier name (see :mod:`kvobs.events`).
 
     Args:
         rec: the recorder to count into.
@@ -68,52 +70,53 @@ class KVCacheCallbacks:
     def _tier(self, name: str) -> TierRecorder:
         return self._tiers.get(name) or self.rec.tier(name)
 
+    @guarded(COMPONENT)
     def allocate(self, tier: str, blocks: int) -> None:
         """``blocks`` free blocks of ``tier`` were handed to requests."""
-        try:
-            self._tier(tier).allocated(blocks)
-        except Exception as exc:
-            self.rec.error(COMPONENT, exc)
+        self._tier(tier).allocate(blocks)
 
+    @guarded(COMPONENT)
     def free(self, tier: str, blocks: int, cached: bool = False) -> None:
         """``blocks`` were released; ``cached`` if they keep reusable KV data."""
-        try:
-            self._tier(tier).freed(blocks, cached=cached)
-        except Exception as exc:
-            self.rec.error(COMPONENT, exc)
+        self._tier(tier).free(blocks, cached=cached)
 
-    def hit(self, tier: str, blocks: int) -> None:
+    @guarded(COMPONENT)
+    def reuse(self, tier: str, blocks: int, keys: Keys = None) -> None:
         """``blocks`` cached blocks were taken back into use by a prefix hit."""
-        try:
-            self._tier(tier).reused(blocks)
-        except Exception as exc:
-            self.rec.error(COMPONENT, exc)
+        self._tier(tier).reuse(blocks, keys=keys)
 
-    def evict(self, tier: str, blocks: int, reason: str = "capacity") -> None:
+    @guarded(COMPONENT)
+    def store(self, tier: str, blocks: int, keys: Keys = None) -> None:
+        """``blocks`` blocks landed in ``tier`` as cached data (an offload landed)."""
+        self._tier(tier).store(blocks, keys=keys)
+
+    @guarded(COMPONENT)
+    def evict(self, tier: str, blocks: int, reason: str = "capacity", keys: Keys = None) -> None:
         """``blocks`` cached blocks were dropped (capacity, explicit, reset, other)."""
-        try:
-            self._tier(tier).evicted(blocks, reason)
-        except Exception as exc:
-            self.rec.error(COMPONENT, exc)
+        self._tier(tier).evict(blocks, reason, keys=keys)
 
+    @guarded(COMPONENT)
     def lookup(self, tokens: int, gpu_hit: int = 0, host_hit: int = 0, disk_hit: int = 0) -> None:
         """One prefix lookup of ``tokens`` tokens and where its hits were found."""
-        try:
-            self.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=host_hit, disk_hit=disk_hit)
-        except Exception as exc:
-            self.rec.error(COMPONENT, exc)
+        self.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=host_hit, disk_hit=disk_hit)
 
-    def transfer(self, src: str, dst: str, blocks: int, nbytes: int, seconds: float,
-                 ok: bool = True) -> None:
-        """A batch moved from ``src`` to ``dst`` (device time in ``seconds``), or failed."""
-        try:
-            link = self.rec.link(src, dst)
-            if ok:
-                link.completed(blocks, nbytes, seconds)
-            else:
-                link.failed(blocks, nbytes)
-        except Exception as exc:
-            self.rec.error(COMPONENT, exc)
+    @guarded(COMPONENT)
+    def transfer(self, src: str, dst: str, blocks: int, nbytes: int,
+                 seconds: float | None = None) -> None:
+        """A batch of ``blocks`` (in the slower tier's blocks) moved from ``src`` to
+        ``dst``, in ``seconds`` of device time if timed."""
+        self.rec.link(src, dst).transfer(blocks, nbytes, seconds)
+
+    @guarded(COMPONENT)
+    def drop(self, src: str, dst: str, blocks: int) -> None:
+        """``blocks`` distinct blocks were refused: ``dst`` was full. Count a block the
+        engine offers again later only once."""
+        self.rec.link(src, dst).drop(blocks)
+
+    @guarded(COMPONENT)
+    def fail(self, src: str, dst: str, blocks: int, nbytes: int = 0) -> None:
+        """A transfer of ``blocks`` from ``src`` to ``dst`` was attempted and failed."""
+        self.rec.link(src, dst).fail(blocks, nbytes)
 
 
 AfterHook = Callable[..., None]
@@ -132,23 +135,14 @@ def instrument_methods(obj: Any, rec: Recorder, component: str,
     if missing:
         raise ConfigError(f"{component}: {type(obj).__name__} has no method(s) "
                           f"{', '.join(missing)}: name methods the object defines")
-    kinds = (type(obj).__name__,)
-    inst = begin(obj, kinds, (), component, lambda active: Instrumentation(obj, component, active))
-    for name, after in hooks.items():
-        inst.install(name, _after(getattr(obj, name), after, rec, component))
-    return inst
+    spec = AdapterSpec(component, (type(obj).__name__,),
+                       tuple(Hook(name, (), after=_call_after(after))
+                             for name, after in hooks.items()))
+    return instrument(obj, spec, lambda active: Instrumentation(obj, component, active, rec))
 
 
-def _after(original: Callable[..., Any], after: AfterHook, rec: Recorder,
-           component: str) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        try:
-            after(result, *args, **kwargs)
-        except Exception as exc:
-            rec.error(component, exc)
-        return result
+def _call_after(after: AfterHook) -> Callable[..., None]:
+    def read(inst: Instrumentation, state: None, result: Any, *args: Any, **kwargs: Any) -> None:
+        after(result, *args, **kwargs)
 
-    wrapper.__name__ = getattr(original, "__name__", "wrapper")
-    wrapper.__doc__ = getattr(original, "__doc__", None)
-    return wrapper
+    return read

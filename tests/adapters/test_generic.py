@@ -38,11 +38,11 @@ def test_wrapped_allocator_counts_and_keeps_engine_behaviour():
     pool.release(first[:3])
     with pytest.raises(MemoryError, match="need 9 blocks"):
         pool.alloc(9)
-    kv.hit("gpu", 2)
+    kv.reuse("gpu", 2)
     kv.evict("gpu", 1)
     kv.lookup(64, gpu_hit=32, host_hit=16)
     kv.transfer("gpu", "host", blocks=2, nbytes=8192, seconds=0.001)
-    kv.transfer("host", "gpu", blocks=1, nbytes=0, seconds=0.0, ok=False)
+    kv.fail("host", "gpu", blocks=1)
 
     snap = rec.snapshot()
     gpu = snap.tier("gpu")
