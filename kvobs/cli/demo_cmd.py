@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from kvobs.pool import ServingLoop, TieredKVPool
     from kvobs.recorder import Recorder
     from kvobs.telemetry.logs import configure_logging, log_capacity
-    from kvobs.workload import ChatWorkload, WorkloadConfig
+    from kvobs.pool.workload import ChatWorkload, WorkloadConfig
 
     configure_logging(args.log_format)
     logger = structlog.get_logger("kvobs")

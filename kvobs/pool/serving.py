@@ -8,7 +8,7 @@ makes the same allocations, hits, offloads and evictions; block copies are real.
 Example:
     >>> from kvobs.presets import preset_layout
     >>> from kvobs.recorder import Recorder
-    >>> from kvobs.workload import ChatWorkload
+    >>> from kvobs.pool.workload import ChatWorkload
     >>> rec = Recorder()
     >>> pool = TieredKVPool(preset_layout("qwen2.5-0.5b"), 256, 1024, rec)
     >>> from kvobs.pool.tiered import TieredKVPool
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from kvobs.errors import ConfigError
 from kvobs.pool.tiered import Allocation, TieredKVPool
-from kvobs.workload import ChatWorkload, Request
+from kvobs.pool.workload import ChatWorkload, Request
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ import torch
 from kvobs.pool import ServingLoop, TieredKVPool
 from kvobs.presets import preset_layout
 from kvobs.recorder import Recorder
-from kvobs.workload import ChatWorkload, WorkloadConfig
+from kvobs.pool.workload import ChatWorkload, WorkloadConfig
 
 LAYOUT = preset_layout("qwen2.5-0.5b")
 
