@@ -59,11 +59,19 @@ class TierCapacity:
 
 @dataclass(frozen=True)
 class CapacityPlan:
-    """All tiers of one engine plus the request length used to interpret them."""
+    """All tiers of one engine plus the request length used to interpret them.
 
-    layout: KVLayout
+    This is the one shape of the ``kv_cache_capacity`` event, whoever logs it: the demo
+    and ``kvobs capacity`` build it from a :class:`~kvobs.layout.KVLayout`
+    (:meth:`from_blocks`, :meth:`from_bytes`), engine adapters from the tiers they
+    registered (:meth:`from_recorder`), where each tier keeps its own block size (a vLLM
+    host chunk holds several GPU blocks).
+    """
+
+    model: str
     tiers: tuple[TierCapacity, ...]
     request_tokens: int = 8192
+    bytes_per_token: int = 0  # 0: the engine did not say
 
     def __post_init__(self) -> None:
         if (
@@ -87,7 +95,26 @@ class CapacityPlan:
         cls, layout: KVLayout, blocks: Mapping[str, int], request_tokens: int = 8192
     ) -> CapacityPlan:
         """Plan from block counts per tier (what an engine reports after start-up)."""
-        return cls(layout, _tiers(layout, blocks.items()), request_tokens)
+        return cls(layout.name, _tiers(layout, blocks.items()), request_tokens,
+                   layout.bytes_per_token)
+
+    @classmethod
+    def from_recorder(cls, rec: Any, request_tokens: int = 8192,
+                      bytes_per_token: int = 0) -> CapacityPlan:
+        """Plan from the tiers an adapter registered on a :class:`~kvobs.recorder.Recorder`.
+
+        Example:
+            >>> from kvobs.recorder import Recorder
+            >>> rec = Recorder(model="tiny")
+            >>> _ = rec.add_tier("gpu", capacity_blocks=100, block_tokens=16, block_bytes=4096)
+            >>> _ = rec.add_tier("host", capacity_blocks=50, block_tokens=64, block_bytes=16384)
+            >>> plan = CapacityPlan.from_recorder(rec, request_tokens=800)
+            >>> plan.max_concurrency, plan.requests_held("host")
+            (2.0, 4.0)
+        """
+        tiers = tuple(TierCapacity(t.name, t.capacity_blocks, t.block_tokens, t.block_bytes)
+                      for t in (rec.tier(name) for name in rec.tier_names))
+        return cls(rec.model, tiers, request_tokens, bytes_per_token)
 
     @classmethod
     def from_bytes(
@@ -125,15 +152,15 @@ class CapacityPlan:
     def as_event(self) -> dict[str, Any]:
         """The fields of the ``kv_cache_capacity`` log event."""
         return {
-            "model": self.layout.name,
-            "bytes_per_token": self.layout.bytes_per_token,
-            "block_tokens": self.layout.block_tokens,
-            "block_bytes": self.layout.bytes_per_block,
+            "model": self.model,
+            "bytes_per_token": self.bytes_per_token,
             "request_tokens": self.request_tokens,
             "max_concurrency": round(self.max_concurrency, 2),
             "tiers": {
                 t.tier: {
                     "blocks": t.blocks,
+                    "block_tokens": t.block_tokens,
+                    "block_bytes": t.block_bytes,
                     "tokens": t.tokens,
                     "bytes": t.bytes,
                     "gib": round(t.bytes / GIB, 2),

@@ -65,9 +65,8 @@ def capacity_line(plan: CapacityPlan) -> str:
         f"{t.tier} {t.blocks:,} blocks = {t.tokens:,} tokens = {t.bytes / GIB:,.2f} GiB"
         for t in plan.tiers
     )
-    parts = [
-        f"KV cache capacity ({plan.layout.name}, {plan.layout.bytes_per_token:,} B/token): {tiers}"
-    ]
+    per_token = f", {plan.bytes_per_token:,} B/token" if plan.bytes_per_token else ""
+    parts = [f"KV cache capacity ({plan.model}{per_token}): {tiers}"]
     if any(t.tier == GPU for t in plan.tiers):
         parts.append(
             f"max concurrency {plan.max_concurrency:.2f}x for {plan.request_tokens:,}-token "

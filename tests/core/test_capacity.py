@@ -39,6 +39,8 @@ def test_capacity_log_reports_every_tier_and_never_sums_them():
     event = next(e for e in logs if e["event"] == "kv_cache_capacity")
     assert event["tiers"]["host"] == {
         "blocks": 61728,
+        "block_tokens": 16,
+        "block_bytes": 2**21,
         "tokens": 987648,
         "bytes": 61728 * 2**21,
         "gib": round(61728 * 2**21 / GIB, 2),
