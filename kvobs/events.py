@@ -2,24 +2,10 @@
 
 Every engine adapter (vLLM, LMCache, SGLang, the generic callbacks, the reference pool)
 reports through these events and nothing else, so one event means the same thing on
-every engine and a fleet dashboard compares like with like.
-
-========  ==========================================================================
-event     meaning (block states: free, in use by a request, cached for reuse)
-========  ==========================================================================
-allocate  free blocks handed to requests (free -> in use)
-free      blocks released by requests: to the cache (``cached=True``: in use ->
-          cached, they keep reusable KV) or to the free list (in use -> free)
-reuse     cached blocks taken back into use by a prefix hit (cached -> in use)
-store     an offload landing: blocks written into this tier as cached data
-          (free -> cached); offload = a transfer to a slower tier, onload = back
-evict     cached blocks dropped (cached -> free), with a reason: ``capacity`` (room
-          was needed), ``explicit`` (the engine removed them), ``reset``, ``other``
-transfer  a batch moved between two tiers: (src, dst, blocks, bytes, seconds)
-drop      blocks not transferred because the destination was full (refused), each
-          distinct block counted once however often the engine re-offers it
-fail      blocks whose transfer was attempted and failed
-========  ==========================================================================
+every engine and a fleet dashboard compares like with like. :data:`MEANINGS` defines
+them (the README's table is generated from it). Block states: free, in use by a
+request, cached for reuse. An *offload* is a transfer to a slower tier, an *onload* one
+back to a faster tier.
 
 Units: a tier counts in its own blocks. A transfer counts blocks of the slower tier of
 the pair (for vLLM CPU offloading, one host chunk of ``blocks_per_chunk`` GPU blocks),
@@ -50,10 +36,24 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Protocol, runtime_checkable
 
-#: The vocabulary, in the order the README table lists it.
-EVENTS: tuple[str, ...] = (
-    "allocate", "free", "reuse", "store", "evict", "transfer", "drop", "fail",
-)
+#: The vocabulary: each event and what it means, in the order the README lists them.
+MEANINGS: dict[str, str] = {
+    "allocate": "free blocks handed to requests (free -> in use)",
+    "free": "blocks released by requests: to the cache (`cached=True`: in use -> cached, "
+            "they keep reusable KV) or to the free list (in use -> free)",
+    "reuse": "cached blocks taken back into use by a prefix hit (cached -> in use); on a "
+             "slower tier this is the start of an onload, ended by a `free` to the cache",
+    "store": "an offload landing: blocks written into this tier as cached data "
+             "(free -> cached)",
+    "evict": "cached blocks dropped (cached -> free), with a reason: `capacity` (room was "
+             "needed), `explicit` (the engine removed them), `reset`, `other`",
+    "transfer": "a batch moved between two tiers: src, dst, blocks, bytes, seconds "
+                "(device time where there is a device)",
+    "drop": "blocks not transferred because the destination was full (refused); a block "
+            "the engine offers again is counted once",
+    "fail": "blocks whose transfer was attempted and failed",
+}
+EVENTS: tuple[str, ...] = tuple(MEANINGS)
 #: Events a tier receives and events a transfer direction (a link) receives.
 TIER_EVENTS: tuple[str, ...] = ("allocate", "free", "reuse", "store", "evict")
 LINK_EVENTS: tuple[str, ...] = ("transfer", "drop", "fail")
@@ -138,3 +138,10 @@ class _NullLink:
 
 NULL_TIER: TierEvents = _NullTier()
 NULL_LINK: LinkEvents = _NullLink()
+
+
+def markdown_table() -> str:
+    """The vocabulary as a Markdown table, for the README."""
+    rows = ["| event | meaning |", "|---|---|"]
+    rows += [f"| `{event}` | {meaning} |" for event, meaning in MEANINGS.items()]
+    return "\n".join(rows)

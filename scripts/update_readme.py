@@ -1,4 +1,4 @@
-"""Regenerate the generated sections of README.md (the metrics table) from the catalog.
+"""Regenerate the generated sections of README.md: the metrics table and the event vocabulary.
 
 python scripts/update_readme.py          # rewrite README.md
 python scripts/update_readme.py --check  # exit 1 if README.md is stale
@@ -10,19 +10,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvobs.catalog import markdown_table
+from kvobs import catalog, events
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-START, END = "<!-- metrics-table:start -->", "<!-- metrics-table:end -->"
+SECTIONS = {"metrics-table": catalog.markdown_table, "events-table": events.markdown_table}
 
 
 def render(text: str) -> str:
-    """``text`` with the metrics table between the markers replaced by the catalog's."""
-    if START not in text or END not in text:
-        raise SystemExit(f"README.md lacks the {START} ... {END} markers")
-    head, _, rest = text.partition(START)
-    _, _, tail = rest.partition(END)
-    return f"{head}{START}\n{markdown_table()}\n{END}{tail}"
+    """``text`` with each generated section between its markers replaced."""
+    for name, table in SECTIONS.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start not in text or end not in text:
+            raise SystemExit(f"README.md lacks the {start} ... {end} markers")
+        head, _, rest = text.partition(start)
+        _, _, tail = rest.partition(end)
+        text = f"{head}{start}\n{table()}\n{end}{tail}"
+    return text
 
 
 def main() -> int:
@@ -33,7 +36,7 @@ def main() -> int:
     wanted = render(current)
     if args.check:
         if current != wanted:
-            print("README.md metrics table is stale: run python scripts/update_readme.py")
+            print("README.md generated tables are stale: run python scripts/update_readme.py")
             return 1
         return 0
     README.write_text(wanted)

@@ -72,7 +72,7 @@ class AdapterError(KvobsError, TypeError):
 
 #: What a hook's call may mean: a vocabulary event, a prefix ``lookup``, or ``track``
 #: (bookkeeping that a collection-time derivation of events reads).
-MEANINGS: tuple[str, ...] = (*EVENTS, "lookup", "track")
+HOOK_MEANINGS: tuple[str, ...] = (*EVENTS, "lookup", "track")
 #: Counter a ``count=`` hook adds its argument to, per event.
 COUNT_FIELDS = {"allocate": "allocations", "reuse": "reuses", "store": "stores"}
 
@@ -89,7 +89,7 @@ class Hook:
         params: its leading parameter names (after ``self``) that the readers rely on;
             checked against the engine's signature at wrap time.
         means: the vocabulary event(s) a call means, e.g. ``"allocate"`` or
-            ``"reuse, allocate"`` (see :data:`MEANINGS`).
+            ``"reuse, allocate"`` (see :data:`HOOK_MEANINGS`).
         count: fast path: add this argument to the counter of ``means`` on
             ``inst.tier`` (one event of :data:`COUNT_FIELDS`; no readers).
         before: ``before(inst, *args, **kwargs) -> state``, read before the engine call.
@@ -110,10 +110,10 @@ class Hook:
 
     def __post_init__(self) -> None:
         words = [w.strip() for w in self.means.split(",") if w.strip()]
-        unknown = [w for w in words if w not in MEANINGS]
+        unknown = [w for w in words if w not in HOOK_MEANINGS]
         if unknown:
             raise ValueError(f"Hook {self.method}: means {unknown} are not in the vocabulary "
-                             f"{MEANINGS}")
+                             f"{HOOK_MEANINGS}")
         if self.count is not None:
             if self.means not in COUNT_FIELDS or self.before or self.after:
                 raise ValueError(f"Hook {self.method}: count= needs means in "
