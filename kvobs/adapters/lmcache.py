@@ -1,72 +1,256 @@
-"""LMCache 0.5.6 ``LocalCPUBackend`` -> the host tier.
+"""LMCache 0.5.6 ``LocalCPUBackend`` -> the host tier, as two hook tables.
 
-One host block is one LMCache *chunk* (a ``MemoryObj`` of ``chunk_size`` tokens).
+One host block is one LMCache *chunk* (a ``MemoryObj`` of ``chunk_size`` tokens). The
+engine's own account, which kvobs mirrors event by event: **cached** = chunks in the
+backend's ``hot_cache``; **in use** = live allocations of its CPU buffer that are not
+in the hot cache (chunks being written, duplicates the writer has not dropped yet).
 
-* ``allocate`` / ``batched_allocate`` -> chunks taken from the CPU buffer (free -> in use);
-* ``submit_put_task`` that stores a new key -> the chunk becomes cached (an offload,
-  for thrash tracking); a duplicate put stores nothing;
-* ``contains`` / ``batched_async_contains`` -> per-chunk lookups and hits;
-* ``get_blocking`` / ``batched_get_non_blocking`` hits -> reuses (an onload);
-* ``remove(force=False)`` -> capacity eviction (what ``allocate`` does when the buffer
-  is full), ``remove(force=True)`` -> explicit, removals inside ``clear`` -> reset.
+How LMCache's calls map to the vocabulary (:mod:`kvobs.events`):
 
-Occupancy is read from the backend at collection: cached = chunks in its hot cache,
-in use = live allocations of its memory allocator not (yet) in the hot cache.
+==============================  ========================================================
+engine call                     events
+==============================  ========================================================
+``allocate`` (not None)         ``allocate(1)``; ``batched_allocate``: ``allocate(n)``
+``submit_put_task`` new key     ``free(1)`` + ``store(1, keys)``: the writer's chunk is
+                                handed to the cache, an offload landing (in use ->
+                                cached); so ``stores`` counts puts of new keys
+``submit_put_task`` known key   nothing (LMCache keeps the old chunk; the new one stays
+                                in use until the writer drops it, below)
+allocator ``free`` of a chunk   ``free(1)`` (in use -> free): the last reference to a
+not in the cache                chunk that never landed (or outlived its eviction)
+``get_blocking`` hit            ``reuse(1, keys)`` + ``free(1, cached=True)``: a host
+                                hit; the chunk stays cached while read (LMCache pins it
+                                by a reference), so the read finishes, for the tier, as
+                                the get returns. ``batched_get_non_blocking``: per chunk
+``contains`` /                  ``rec.lookup``: per chunk, ``block_tokens`` tokens each,
+``batched_async_contains``      host hits for chunks found (the batch stops at the first
+                                miss); ``inst.lookups`` / ``lookup_hits`` count chunks
+``remove`` that removed         ``evict(1, reason, keys)``: ``capacity`` inside
+                                ``allocate`` (``force=False``), ``explicit`` otherwise,
+                                ``reset`` inside ``clear``; if a reader still holds the
+                                chunk, its memory stays allocated: ``allocate(1)``, and
+                                the reader's last drop is the ``free(1)`` above
+cached chunk freed directly     ``evict(1, "capacity")`` (``batched_allocate`` evicting
+                                for a ``MixedMemoryAllocator`` pops the hot cache itself)
+==============================  ========================================================
+
+So ``in_use == allocations + reuses - frees`` and ``cached == frees_to_cache + stores -
+reuses - evictions`` hold exactly, duplicate puts and reads included. Occupancy itself
+is read from the backend at collection (the two agree; ``kvobs.testing`` checks it).
 
 Example:
-    >>> backend = LocalCPUBackend(config, metadata)                # doctest: +SKIP
+    >>> backend = LocalCPUBackend(config, memory_allocator=allocator)   # doctest: +SKIP
     >>> inst = instrument_local_cpu_backend(backend, rec, block_tokens=256,
-    ...                                     block_bytes=backend.get_full_chunk_size_bytes())
+    ...     block_bytes=backend.get_full_chunk_size_bytes())             # doctest: +SKIP
+    >>> inst.unwrap()                                                    # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from kvobs.adapters._hooks import Hook, Instrumentation, begin
+from kvobs.adapters._hooks import (
+    MARKER,
+    AdapterError,
+    AdapterSpec,
+    Hook,
+    Instrumentation,
+    class_names,
+    instrument,
+)
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder, TierRecorder
 from kvobs.tiers import HOST
 
 COMPONENT = "lmcache.local_cpu_backend"
-HOOKS = (
-    Hook("allocate", ("shapes", "dtypes", "fmt", "eviction", "busy_loop")),
-    Hook("batched_allocate", ("shapes", "dtypes", "batch_size")),
-    Hook("submit_put_task", ("key", "memory_obj")),
-    Hook("contains", ("key", "pin")),
-    Hook("batched_async_contains", ("lookup_id", "keys", "pin")),
-    Hook("get_blocking", ("key",)),
-    Hook("batched_get_non_blocking", ("lookup_id", "keys")),
-    Hook("remove", ("key", "force")),
-    Hook("clear", ()),
-)
-STATE = ("hot_cache", "memory_allocator", "cpu_lock")
+ALLOCATOR_COMPONENT = "lmcache.memory_allocator"
 
 
 class LMCacheInstrumentation(Instrumentation):
-    """Wrappers on one ``LocalCPUBackend``, with per-chunk lookup tallies."""
+    """Wrappers on one ``LocalCPUBackend`` (and its memory allocator).
 
-    def __init__(self, backend: Any, tier: TierRecorder, active: bool) -> None:
-        super().__init__(backend, COMPONENT, active)
-        self.tier = tier
-        self.lookups = 0       # chunks looked up
-        self.lookup_hits = 0   # of them present
-        self.removal_reason: str | None = None
+    Attributes:
+        lookups: chunks looked up (``contains``, ``batched_async_contains``).
+        lookup_hits: of them, found in the hot cache.
+    """
+
+    def __init__(self, backend: Any, rec: Recorder | None, tier: TierRecorder,
+                 active: bool, block_tokens: int) -> None:
+        super().__init__(backend, COMPONENT, active, rec, tier)
+        self.block_tokens = block_tokens
+        self.lookups = 0
+        self.lookup_hits = 0
+        self.removal_reason: str | None = None   # "reset" while ``clear`` runs
+        self.cached_ids: set[int] = set()         # chunks this tier counts as cached
+        self.removing: set[int] = set()           # chunks inside a ``remove`` call
 
     def resident(self) -> tuple[int, int]:
-        """``(in_use, cached)`` chunks read from the backend."""
+        """``(in_use, cached)`` chunks, read from the backend."""
         backend = self.target
         cached = len(backend.hot_cache)
         live = getattr(_buffer_allocator(backend), "num_active_allocations", None)
         in_use = max(int(live) - cached, 0) if isinstance(live, int) else 0
         return in_use, cached
 
+    def lookup(self, chunks: int, hits: int) -> None:
+        """``chunks`` looked up, ``hits`` of them found."""
+        self.lookups += chunks
+        self.lookup_hits += hits
+        self.rec.lookup(chunks * self.block_tokens, host_hit=hits * self.block_tokens)
+
+
+class _AllocatorInstrumentation(Instrumentation):
+    """Wrappers on the backend's memory allocator; events go to the backend's tier."""
+
+    def __init__(self, allocator: Any, owner: LMCacheInstrumentation, active: bool) -> None:
+        super().__init__(allocator, ALLOCATOR_COMPONENT, active, owner.rec, owner.tier)
+        self.owner = owner
+
+
+# --- readers of the backend ---------------------------------------------------------
+
+def _allocated(inst: LMCacheInstrumentation, state: None, obj: Any, *args: Any,
+               **kwargs: Any) -> None:
+    if obj is not None:
+        inst.tier.allocate(1)
+
+
+def _batch_allocated(inst: LMCacheInstrumentation, state: None, objs: Any, *args: Any,
+                     **kwargs: Any) -> None:
+    if objs:
+        inst.tier.allocate(len(objs))
+
+
+def _is_new(inst: LMCacheInstrumentation, key: Any, memory_obj: Any, *args: Any,
+            **kwargs: Any) -> bool:
+    return key not in inst.target.hot_cache
+
+
+def _put(inst: LMCacheInstrumentation, new: bool, result: Any, key: Any, memory_obj: Any,
+         *args: Any, **kwargs: Any) -> None:
+    if new and inst.target.hot_cache.get(key) is memory_obj:
+        inst.cached_ids.add(id(memory_obj))
+        inst.tier.free(1)                 # the writer's chunk leaves "in use"...
+        inst.tier.store(1, keys=(key,))   # ...and lands in the cache: an offload
+
+
+def _contained(inst: LMCacheInstrumentation, state: None, found: bool, key: Any,
+               *args: Any, **kwargs: Any) -> None:
+    inst.lookup(1, int(bool(found)))
+
+
+def _batch_contained(inst: LMCacheInstrumentation, state: None, hits: int, lookup_id: str,
+                     keys: Any, *args: Any, **kwargs: Any) -> None:
+    inst.lookup(len(keys), int(hits))
+
+
+def _got(inst: LMCacheInstrumentation, state: None, obj: Any, key: Any) -> None:
+    if obj is not None:
+        inst.tier.reuse(1, keys=(key,))
+        inst.tier.free(1, cached=True)
+
+
+def _batch_got(inst: LMCacheInstrumentation, state: None, objs: Any, lookup_id: str,
+               keys: Any, *args: Any, **kwargs: Any) -> None:
+    if objs:
+        inst.tier.reuse(len(objs), keys=keys[: len(objs)])
+        inst.tier.free(len(objs), cached=True)
+
+
+def _removing(inst: LMCacheInstrumentation, key: Any, force: bool = True) -> Any:
+    obj = inst.target.hot_cache.get(key)
+    if obj is not None:
+        inst.removing.add(id(obj))
+    return obj
+
+
+def _removed(inst: LMCacheInstrumentation, obj: Any, removed: bool, key: Any,
+             force: bool = True) -> None:
+    if obj is None:
+        return
+    inst.removing.discard(id(obj))
+    if not removed:
+        return
+    inst.cached_ids.discard(id(obj))
+    reason = inst.removal_reason or ("explicit" if force else "capacity")
+    inst.tier.evict(1, reason, keys=(key,))
+    if obj.is_valid():                    # a reader still holds it: memory stays in use
+        inst.tier.allocate(1)
+
+
+def _clearing(inst: LMCacheInstrumentation) -> None:
+    inst.removal_reason = "reset"
+
+
+def _cleared(inst: LMCacheInstrumentation, state: None, result: Any) -> None:
+    inst.removal_reason = None
+
+
+SPEC = AdapterSpec(COMPONENT, ("LocalCPUBackend",), (
+    Hook("allocate", ("shapes", "dtypes", "fmt", "eviction", "busy_loop"), "allocate",
+         after=_allocated),
+    Hook("batched_allocate", ("shapes", "dtypes", "batch_size"), "allocate",
+         after=_batch_allocated),
+    Hook("submit_put_task", ("key", "memory_obj"), "free, store", before=_is_new, after=_put),
+    Hook("contains", ("key", "pin"), "lookup", after=_contained),
+    Hook("batched_async_contains", ("lookup_id", "keys", "pin"), "lookup",
+         after=_batch_contained, reiterable=("keys",)),
+    Hook("get_blocking", ("key",), "reuse, free", after=_got),
+    Hook("batched_get_non_blocking", ("lookup_id", "keys"), "reuse, free", after=_batch_got,
+         reiterable=("keys",)),
+    Hook("remove", ("key", "force"), "evict", before=_removing, after=_removed),
+    Hook("clear", (), "track", before=_clearing, after=_cleared),
+), state=("hot_cache", "memory_allocator", "cpu_lock"))
+
+
+# --- readers of the memory allocator ------------------------------------------------
+
+def _freeing(inst: _AllocatorInstrumentation, memory_obj: Any, *args: Any,
+             **kwargs: Any) -> bool:
+    return bool(memory_obj.is_valid())
+
+
+def _freed(inst: _AllocatorInstrumentation, valid: bool, result: Any, memory_obj: Any,
+           *args: Any, **kwargs: Any) -> None:
+    if valid and not memory_obj.is_valid():
+        _account_free(inst.owner, memory_obj)
+
+
+def _batch_freeing(inst: _AllocatorInstrumentation, memory_objs: Any, *args: Any,
+                   **kwargs: Any) -> list[Any]:
+    return [obj for obj in memory_objs if obj.is_valid()]
+
+
+def _batch_freed(inst: _AllocatorInstrumentation, valid: list[Any], result: Any,
+                 memory_objs: Any, *args: Any, **kwargs: Any) -> None:
+    for obj in valid:
+        if not obj.is_valid():
+            _account_free(inst.owner, obj)
+
+
+def _account_free(owner: LMCacheInstrumentation, obj: Any) -> None:
+    """A chunk's memory went back to the buffer: say which state it left."""
+    ident = id(obj)
+    if ident in owner.removing:           # the eviction ``remove`` counts
+        return
+    if ident in owner.cached_ids:         # popped from the hot cache by the engine itself
+        owner.cached_ids.discard(ident)
+        owner.tier.evict(1, "capacity")
+        return
+    owner.tier.free(1)
+
+
+ALLOCATOR_SPEC = AdapterSpec(ALLOCATOR_COMPONENT, ("MemoryAllocatorInterface",), (
+    Hook("free", ("memory_obj",), "free, evict", before=_freeing, after=_freed),
+    Hook("batched_free", ("memory_objs",), "free, evict", before=_batch_freeing,
+         after=_batch_freed, reiterable=("memory_objs",)),
+))
+
 
 def instrument_local_cpu_backend(backend: Any, rec: Recorder, *, block_tokens: int,
                                  block_bytes: int, capacity_blocks: int | None = None,
                                  tier: str = HOST) -> LMCacheInstrumentation:
-    """Count an LMCache ``LocalCPUBackend`` as tier ``tier`` of ``rec``.
+    """Count an LMCache ``LocalCPUBackend`` (and its memory allocator) as tier ``tier``.
 
     Args:
         backend: the engine's ``LocalCPUBackend``.
@@ -75,23 +259,46 @@ def instrument_local_cpu_backend(backend: Any, rec: Recorder, *, block_tokens: i
         block_bytes: bytes per full chunk (``backend.get_full_chunk_size_bytes()``).
         capacity_blocks: chunks the CPU buffer holds; default: the allocator's buffer
             bytes (or ``max_local_cpu_size``) divided by ``block_bytes``.
+        tier: the tier name.
+
+    Returns:
+        The instrumentation; ``unwrap()`` restores the backend and its allocator.
 
     Raises:
-        AdapterError: not a LocalCPUBackend, or already instrumented.
+        AdapterError: not a LocalCPUBackend, or it (or its allocator) is already
+            instrumented.
         ConfigError: ``block_bytes`` is not positive.
+
+    Example:
+        >>> inst = instrument_local_cpu_backend(backend, rec, block_tokens=256,
+        ...                                     block_bytes=131072)   # doctest: +SKIP
+        >>> rec.snapshot().tier("host").stores                        # doctest: +SKIP
+        0
     """
     def make(active: bool) -> LMCacheInstrumentation:
         capacity = capacity_blocks if capacity_blocks is not None else \
             _capacity(backend, block_bytes)
         add = rec.add_tier if active else TierRecorder  # an unknown backend exports nothing
-        return LMCacheInstrumentation(
-            backend, add(tier, capacity, block_tokens, block_bytes), active)
+        return LMCacheInstrumentation(backend, rec, add(tier, capacity, block_tokens,
+                                                        block_bytes), active, block_tokens)
 
-    inst = begin(backend, ("LocalCPUBackend",), HOOKS, COMPONENT, make, STATE)
-    if inst.active:
-        _install(inst, backend, rec)
-        inst.tier.set_resident_source(inst.resident)
-        inst.on_unwrap(lambda: inst.tier.set_resident_source(None))
+    inst = instrument(backend, SPEC, make)
+    if not inst.active:
+        return inst
+    allocator = backend.memory_allocator
+    if not class_names(allocator) & set(ALLOCATOR_SPEC.kinds) or \
+            getattr(allocator, MARKER, None) is not None:
+        inst.unwrap()
+        raise AdapterError(f"{COMPONENT}: its memory allocator {type(allocator).__name__} is "
+                           "not a MemoryAllocatorInterface or is already instrumented")
+    allocator_inst = instrument(allocator, ALLOCATOR_SPEC,
+                                lambda active: _AllocatorInstrumentation(allocator, inst, active))
+    if not allocator_inst.active:          # never half: without its frees the flows drift
+        inst.unwrap()                      # (instrument() logged what differs)
+        return inst
+    inst.on_unwrap(allocator_inst.unwrap)
+    inst.tier.set_resident_source(inst.resident)
+    inst.on_unwrap(lambda: inst.tier.set_resident_source(None))
     return inst
 
 
@@ -102,7 +309,7 @@ def _capacity(backend: Any, block_bytes: int) -> int:
     buffer = getattr(_buffer_allocator(backend), "buffer", None)
     total = buffer.numel() * buffer.element_size() if buffer is not None else \
         int(float(getattr(backend.config, "max_local_cpu_size", 0)) * 1024**3)
-    return total // block_bytes
+    return int(total // block_bytes)
 
 
 def _buffer_allocator(backend: Any) -> Any:
@@ -110,110 +317,3 @@ def _buffer_allocator(backend: Any) -> Any:
     ``pin_allocator``)."""
     allocator = backend.memory_allocator
     return getattr(allocator, "pin_allocator", allocator)
-
-
-def _install(inst: LMCacheInstrumentation, backend: Any, rec: Recorder) -> None:
-    host, thrash, error = inst.tier, rec.thrash, rec.error
-    hot_cache = backend.hot_cache
-    allocate, batched_allocate = backend.allocate, backend.batched_allocate
-    submit_put_task, contains = backend.submit_put_task, backend.contains
-    batched_async_contains = backend.batched_async_contains
-    get_blocking, batched_get = backend.get_blocking, backend.batched_get_non_blocking
-    remove, clear = backend.remove, backend.clear
-
-    def allocate_hook(*args: Any, **kwargs: Any) -> Any:
-        obj = allocate(*args, **kwargs)
-        try:
-            if obj is not None:
-                host.allocations += 1
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return obj
-
-    def batched_allocate_hook(*args: Any, **kwargs: Any) -> Any:
-        objs = batched_allocate(*args, **kwargs)
-        try:
-            host.allocations += len(objs) if objs else 0
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return objs
-
-    def submit_put_task_hook(key: Any, memory_obj: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            new = key not in hot_cache
-        except Exception as exc:
-            error(COMPONENT, exc)
-            new = False
-        result = submit_put_task(key, memory_obj, *args, **kwargs)
-        try:
-            if new and key in hot_cache:
-                host.freed(1, cached=True)   # written: in use -> cached
-                thrash.offloaded((key,))
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return result
-
-    def contains_hook(key: Any, pin: bool = False) -> bool:
-        found: bool = contains(key, pin)
-        inst.lookups += 1
-        inst.lookup_hits += found
-        return found
-
-    async def batched_async_contains_hook(lookup_id: str, keys: Sequence[Any],
-                                          pin: bool = False) -> int:
-        hits: int = await batched_async_contains(lookup_id, keys, pin)
-        try:
-            inst.lookups += min(hits + 1, len(keys))  # it stops at the first miss
-            inst.lookup_hits += hits
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return hits
-
-    def get_blocking_hook(key: Any) -> Any:
-        obj = get_blocking(key)
-        if obj is not None:
-            try:
-                host.reuses += 1
-                thrash.onloaded((key,))
-            except Exception as exc:
-                error(COMPONENT, exc)
-        return obj
-
-    async def batched_get_hook(lookup_id: str, keys: list[Any], *args: Any,
-                               **kwargs: Any) -> Any:
-        objs = await batched_get(lookup_id, keys, *args, **kwargs)
-        try:
-            host.reuses += len(objs)
-            thrash.onloaded(keys[: len(objs)])
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return objs
-
-    def remove_hook(key: Any, force: bool = True) -> bool:
-        removed: bool = remove(key, force)
-        if removed:
-            try:
-                reason = inst.removal_reason or ("explicit" if force else "capacity")
-                host.evicted(1, reason)
-                thrash.evicted((key,))
-            except Exception as exc:
-                error(COMPONENT, exc)
-        return removed
-
-    def clear_hook() -> int:
-        inst.removal_reason = "reset"
-        try:
-            cleared: int = clear()
-        finally:
-            inst.removal_reason = None
-        return cleared
-
-    inst.install("allocate", allocate_hook)
-    inst.install("batched_allocate", batched_allocate_hook)
-    inst.install("submit_put_task", submit_put_task_hook)
-    inst.install("contains", contains_hook)
-    inst.install("batched_async_contains", batched_async_contains_hook)
-    inst.install("get_blocking", get_blocking_hook)
-    inst.install("batched_get_non_blocking", batched_get_hook)
-    inst.install("remove", remove_hook)
-    inst.install("clear", clear_hook)
