@@ -135,7 +135,7 @@ def test_duplicate_puts_and_gets_are_counted_once(instrumented):
 
 
 def test_explicit_remove_of_a_chunk_being_read_and_clear(instrumented):
-    b, rec, _, kit = instrumented
+    b, _, _, kit = instrumented
     for i in range(5):
         put(b, i, kit)
     assert b.remove(key(0))
