@@ -47,6 +47,8 @@ class Telemetry:
         otlp_interval_s: float = 10.0,
         summary_interval_s: float = 10.0,
         extra_readers: tuple[MetricReader, ...] = (),
+        port_attempts: int = 1,
+        nvml: bool = True,
     ) -> Telemetry:
         """Start the sinks.
 
@@ -59,21 +61,26 @@ class Telemetry:
             otlp_interval_s: seconds between OTLP pushes.
             summary_interval_s: seconds between ``kv_cache_summary`` events; 0 disables.
             extra_readers: more OpenTelemetry readers (tests use an in-memory one).
+            port_attempts: when the port of ``metrics_addr`` is taken, try the next ones
+                (up to this many ports in all): several engine processes of one host
+                can start from one base port. The port served is logged
+                (``metrics_serving``) and is :attr:`metrics_url`.
+            nvml: read GPU memory and PCIe facts from NVML where available.
         """
         readers: list[MetricReader] = list(extra_readers)
         endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
         if endpoint:
             readers.append(otlp_reader(endpoint, recorder, interval_s=otlp_interval_s))
-        server = start_metrics_server(metrics_addr) if metrics_addr else None
+        server = start_metrics_server(metrics_addr, port_attempts) if metrics_addr else None
         if server is not None:
             readers.append(server.reader)
-        source = nvml_source(logger)
+        source = nvml_source(logger) if nvml else None
         bridge = OtelBridge(recorder, readers, sources=(source,) if source else ())
         summary = None
         if summary_interval_s > 0:
             summary = SummaryLogger(recorder, logger, summary_interval_s).start()
         if server is not None:
-            logger.info("metrics_serving", url=server.url)
+            logger.info("metrics_serving", url=server.url, **recorder.labels)
         if endpoint:
             logger.info("otlp_pushing", endpoint=endpoint, interval_s=otlp_interval_s)
         return cls(bridge, server, summary)

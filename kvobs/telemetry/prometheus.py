@@ -59,13 +59,42 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def start_metrics_server(address: str) -> MetricsServer:
+def start_metrics_server(address: str, port_attempts: int = 1) -> MetricsServer:
     """Create a Prometheus reader and serve it on ``address`` (``HOST:PORT``; port 0 = any).
 
+    Args:
+        address: ``HOST:PORT`` to bind.
+        port_attempts: ports to try, from PORT upwards, when one is taken (several
+            engine processes on one host starting from one base port); 1 tries only PORT.
+
+    Example:
+        >>> first = start_metrics_server("127.0.0.1:0")
+        >>> second = start_metrics_server(f"127.0.0.1:{first.port}", port_attempts=8)
+        >>> second.port != first.port
+        True
+        >>> second.close(); first.close()
+
     Raises:
-        ConfigError: the address is malformed, in use, or cannot be bound.
+        ConfigError: the address is malformed, every port tried is in use, or it cannot
+            be bound.
     """
     host, port = parse_address(address)
+    attempts = max(1, port_attempts) if port else 1
+    for offset in range(attempts):
+        candidate = port + offset
+        if candidate > 65535:
+            break
+        server = _bind(address, host, candidate, last=offset == attempts - 1)
+        if server is not None:
+            return server
+    raise ConfigError(
+        f"--metrics-addr {address}: ports {port}-{min(port + attempts - 1, 65535)} are all "
+        "in use: pass a free base port (or 0 for any)"
+    )
+
+
+def _bind(address: str, host: str, port: int, last: bool) -> MetricsServer | None:
+    """Serve on ``host:port``; None when the port is taken and more may be tried."""
     registry = CollectorRegistry(auto_describe=True)
     reader = PrometheusMetricReader(
         disable_target_info=False, scope_info_enabled=False, registry=registry
@@ -75,6 +104,8 @@ def start_metrics_server(address: str) -> MetricsServer:
     except OSError as exc:
         reader.shutdown()
         if exc.errno == errno.EADDRINUSE:
+            if not last:
+                return None
             raise ConfigError(
                 f"--metrics-addr {address}: port {port} is already in use: pass a free "
                 "port (or 0 for any)"

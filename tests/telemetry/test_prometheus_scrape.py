@@ -10,6 +10,7 @@ from scripted import scripted_recorder
 from kvobs.catalog import METRICS
 from kvobs.errors import ConfigError
 from kvobs.exporter import Telemetry
+from kvobs.recorder import Recorder
 from kvobs.telemetry.prometheus import start_metrics_server
 
 
@@ -117,3 +118,35 @@ def test_port_in_use_is_a_clear_error():
 def test_malformed_address(address):
     with pytest.raises(ConfigError, match="--metrics-addr"):
         start_metrics_server(address)
+
+
+def test_taken_port_moves_to_the_next_free_one_and_the_url_says_which():
+    taken = start_metrics_server("127.0.0.1:0")
+    rec = Recorder(engine="vllm", labels={"dp_rank": "1"})
+    rec.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=1024)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            telemetry = Telemetry.start(rec, structlog.get_logger("kvobs"),
+                                        metrics_addr=f"127.0.0.1:{taken.port}",
+                                        summary_interval_s=0, port_attempts=16, nvml=False)
+        try:
+            assert telemetry.server is not None and telemetry.server.port != taken.port
+            serving = [e for e in logs if e["event"] == "metrics_serving"]
+            assert serving and serving[0]["url"] == telemetry.metrics_url
+            assert serving[0]["dp_rank"] == "1"
+            assert value(scrape(telemetry.metrics_url), "kvobs_tier_capacity_blocks",
+                         tier="gpu", dp_rank="1") == 8
+        finally:
+            telemetry.close()
+    finally:
+        taken.close()
+
+
+def test_port_attempts_one_keeps_the_clear_error():
+    taken = start_metrics_server("127.0.0.1:0")
+    try:
+        with pytest.raises(ConfigError, match="already in use"):
+            Telemetry.start(Recorder(), structlog.get_logger("kvobs"),
+                            metrics_addr=f"127.0.0.1:{taken.port}", summary_interval_s=0)
+    finally:
+        taken.close()
