@@ -1,0 +1,434 @@
+"""A real vLLM 0.33 engine loop on CPU: a real ``Scheduler`` with the real
+``OffloadingConnector``, driven step by step with the worker outputs a GPU worker sends.
+
+Nothing here is mocked on the scheduler side: requests go through vLLM's own
+``add_request`` / ``schedule()`` / ``update_from_output()``. What is synthesized is the
+worker side (no model runs): one sampled token per scheduled request, and the
+``OffloadingWorkerMetadata`` that reports the store / load jobs of
+``scheduler_output.kv_connector_metadata`` as completed, optionally ``delay`` steps later,
+with ``TransferStats`` bytes and times as vLLM's CPU worker reports them.
+
+Example::
+
+    scheduler = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 22)
+    driver = EngineDriver(scheduler, transfer_delay=2)
+    driver.add("conv-0", list(range(100)), max_tokens=4)
+    while driver.busy:
+        driver.step()
+    driver.truth()              # {"gpu": (in_use, cached), "host": (in_use, cached)}
+    driver.vllm_store_bytes     # what vLLM's connector stats counted
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVEventsConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (  # noqa: E402
+    OffloadingWorkerMetadata,
+    TransferStats,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+LAYERS = 2
+KV_HEADS = 2
+HEAD_DIM = 64
+SLIDING_WINDOW = 64
+MAX_MODEL_LEN = 4096
+#: A small Llama layout; vLLM reads only this file (no weights, no tokenizer).
+MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": KV_HEADS,
+    "num_hidden_layers": LAYERS, "head_dim": HEAD_DIM, "max_position_embeddings": MAX_MODEL_LEN,
+    "vocab_size": 1000, "torch_dtype": "float16", "rms_norm_eps": 1e-5,
+}
+init_none_hash(sha256)
+
+
+def model_dir(tmp_path: Path) -> Path:
+    """A model directory holding only ``config.json``."""
+    directory = Path(tmp_path) / "model"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    return directory
+
+
+def layer_specs(kind: str = "full", block_size: int = 16,
+                layers: int = LAYERS) -> dict[str, KVCacheSpec]:
+    """Per-layer KV cache specs as a model runner reports them.
+
+    ``kind``: ``full`` (every layer full attention), ``hybrid`` (even layers full, odd
+    layers sliding window), ``mla`` (one latent per token per layer: 512 + 64 dims).
+    """
+    specs: dict[str, KVCacheSpec] = {}
+    for i in range(layers):
+        name = f"model.layers.{i}.self_attn.attn"
+        if kind == "mla":
+            specs[name] = MLAAttentionSpec(block_size=block_size, num_kv_heads=1,
+                                           head_size=576, dtype=torch.float16)
+        elif kind == "hybrid" and i % 2:
+            specs[name] = SlidingWindowSpec(block_size=block_size, num_kv_heads=KV_HEADS,
+                                            head_size=HEAD_DIM, dtype=torch.float16,
+                                            sliding_window=SLIDING_WINDOW)
+        else:
+            specs[name] = FullAttentionSpec(block_size=block_size, num_kv_heads=KV_HEADS,
+                                            head_size=HEAD_DIM, dtype=torch.float16)
+    return specs
+
+
+def plan_kv_cache(vllm_config: VllmConfig, specs: dict[str, KVCacheSpec],
+                  gpu_blocks: int) -> KVCacheConfig:
+    """vLLM's own planner: the ``KVCacheConfig`` of a pool of ``gpu_blocks`` blocks
+    (tensors, groups and their shared backing allocation as vLLM lays them out), sized
+    with ``num_gpu_blocks_override`` as ``--num-gpu-blocks-override`` does."""
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+
+    if vllm_config.cache_config.kv_cache_layout is None:  # the engine core resolves it
+        vllm_config.cache_config.kv_cache_layout = "LBNHC"
+    groups = get_global_kv_cache_groups(vllm_config, [specs])
+    cache = vllm_config.cache_config
+    saved, cache.num_gpu_blocks_override = cache.num_gpu_blocks_override, gpu_blocks
+    try:  # memory for max_model_len passes vLLM's check; the override sizes the pool
+        config = get_kv_cache_configs(vllm_config, [specs], [1 << 34], groups)[0]
+    finally:
+        cache.num_gpu_blocks_override = saved
+    if config.num_blocks != gpu_blocks:
+        raise AssertionError(f"planner gave {config.num_blocks} blocks, wanted {gpu_blocks}")
+    return config
+
+
+def build_vllm_config(tmp_path: Path, *, cpu_bytes: int | None, block_size: int = 16,
+                      blocks_per_chunk: int = 1, kv_events: bool = False,
+                      max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
+                      prefix_caching: bool = True,
+                      max_model_len: int = MAX_MODEL_LEN, hybrid: bool = False) -> VllmConfig:
+    """The ``VllmConfig`` of a CPU scheduler; ``cpu_bytes`` None = no offloading."""
+    model = ModelConfig(model=str(model_dir(tmp_path)), dtype="float16",
+                        skip_tokenizer_init=True, max_model_len=max_model_len)
+    cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
+    scheduler = SchedulerConfig(max_num_seqs=max_num_seqs,
+                                max_num_batched_tokens=max_num_batched_tokens,
+                                max_model_len=max_model_len, is_encoder_decoder=False)
+    transfer = None
+    if cpu_bytes is not None:
+        extra: dict[str, Any] = {"cpu_bytes_to_use": cpu_bytes}
+        if blocks_per_chunk != 1:
+            extra["block_size"] = block_size * blocks_per_chunk
+        transfer = KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
+                                    kv_connector_extra_config=extra)
+    events = KVEventsConfig(enable_kv_cache_events=True, publisher="null") if kv_events \
+        else None
+    with _hybrid_allowed(hybrid):
+        return VllmConfig(model_config=model, cache_config=cache, scheduler_config=scheduler,
+                          device_config=DeviceConfig(device="cpu"),
+                          kv_transfer_config=transfer, kv_events_config=events)
+
+
+@contextmanager
+def _hybrid_allowed(hybrid: bool) -> Iterator[None]:
+    """vLLM turns its hybrid allocator off on non-GPU platforms; a hybrid test bed lets
+    it on (the scheduler side is platform-independent) so full and sliding-window layers
+    get their own KV cache groups, as on a GPU."""
+    if not hybrid:
+        yield
+        return
+    from vllm.platforms import current_platform
+
+    platform = type(current_platform)
+    saved = platform.__dict__.get("support_hybrid_kv_cache")
+    platform.support_hybrid_kv_cache = classmethod(lambda cls: True)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if saved is None:
+            del platform.support_hybrid_kv_cache
+        else:
+            platform.support_hybrid_kv_cache = saved  # type: ignore[method-assign]
+
+
+def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | None = 1 << 22,
+                    block_size: int = 16, blocks_per_chunk: int = 1, hybrid: bool = False,
+                    kv_events: bool = False, max_num_seqs: int = 64,
+                    max_num_batched_tokens: int = 2048) -> Scheduler:
+    """A real vLLM 0.33 ``Scheduler`` on CPU, prefix caching and stats on.
+
+    Args:
+        tmp_path: where the model directory (a ``config.json``) is written.
+        gpu_blocks: blocks of the GPU pool (including vLLM's null block).
+        cpu_bytes: ``cpu_bytes_to_use`` of the ``OffloadingConnector`` (None: no connector).
+        block_size: tokens per GPU block; ``blocks_per_chunk`` GPU blocks per host chunk.
+        hybrid: full-attention + sliding-window layers (two KV cache groups).
+        kv_events: enable vLLM's KV cache events (publisher ``null``; read them with
+            :meth:`EngineDriver.take_kv_events`).
+    """
+    vllm_config = build_vllm_config(tmp_path, cpu_bytes=cpu_bytes, block_size=block_size,
+                                    blocks_per_chunk=blocks_per_chunk, kv_events=kv_events,
+                                    max_num_seqs=max_num_seqs,
+                                    max_num_batched_tokens=max_num_batched_tokens,
+                                    hybrid=hybrid, max_model_len=min(
+                                        MAX_MODEL_LEN,
+                                        (gpu_blocks // (2 if hybrid else 1) - 1) * block_size))
+    specs = layer_specs("hybrid" if hybrid else "full", block_size)
+    kv_cache_config = plan_kv_cache(vllm_config, specs, gpu_blocks)
+    vllm_config.cache_config.num_gpu_blocks = gpu_blocks
+    return Scheduler(vllm_config, kv_cache_config, StructuredOutputManager(vllm_config),
+                     block_size=block_size, log_stats=True)
+
+
+@dataclass
+class StepRecord:
+    """What one engine step did, as vLLM reported it."""
+
+    scheduler_output: Any
+    engine_outputs: Any
+    stats: Any  # SchedulerStats (log_stats=True)
+    store_jobs: list[int] = field(default_factory=list)
+    load_jobs: list[int] = field(default_factory=list)
+
+
+class EngineDriver:
+    """Drives a real ``Scheduler`` like vLLM's engine core, synthesizing worker outputs.
+
+    Args:
+        scheduler: from :func:`build_scheduler`.
+        transfer_delay: steps between a job's appearance in the connector metadata and
+            the worker reporting it complete (0: the same step, like a sync worker).
+        workers: TP workers; each reports every job and its share of the bytes.
+        seconds_per_byte: transfer time the synthetic worker reports.
+
+    Truth accumulated from vLLM itself: ``prefix_queries`` / ``prefix_hits`` (its
+    ``PrefixCacheStats``), ``vllm_store_bytes`` / ``vllm_load_bytes`` (its
+    ``OffloadingConnectorStats``), ``store_chunks_completed`` (chunks of completed store
+    jobs), ``kv_events`` (every ``BlockStored`` / ``BlockRemoved``).
+    """
+
+    def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
+                 seconds_per_byte: float = 1e-10) -> None:
+        self.scheduler = scheduler
+        self.transfer_delay = transfer_delay
+        self.workers = workers
+        self.seconds_per_byte = seconds_per_byte
+        self.block_size = scheduler.block_size
+        self.hasher = get_request_block_hasher(self.block_size, sha256)
+        self.steps = 0
+        self.due: list[tuple[int, int, bool, int]] = []  # (due step, job id, is_store, bytes)
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.preempted_queries = 0
+        self.vllm_store_bytes = 0
+        self.vllm_load_bytes = 0
+        self.vllm_store_time = 0.0
+        self.vllm_load_time = 0.0
+        self.reported_store_bytes = 0
+        self.reported_load_bytes = 0
+        self.kv_events: list[Any] = []
+        self.history: list[StepRecord] = []
+        publish = scheduler.kv_event_publisher.publish
+
+        def capture(batch: Any) -> None:  # vLLM publishes each step's events once
+            self.kv_events.extend(batch.events)
+            publish(batch)
+
+        scheduler.kv_event_publisher.publish = capture  # type: ignore[method-assign]
+
+    # -- requests -------------------------------------------------------------------------
+    def request(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4) -> Request:
+        """A request whose block hashes vLLM computes."""
+        return Request(request_id, list(tokens), SamplingParams(max_tokens=max_tokens,
+                                                                ignore_eos=True),
+                       None, block_hasher=self.hasher)
+
+    def add(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4) -> Request:
+        """Add a request to the scheduler (``add_request``)."""
+        req = self.request(request_id, tokens, max_tokens)
+        self.scheduler.add_request(req)
+        return req
+
+    @property
+    def busy(self) -> bool:
+        """Requests left, or transfers the worker has not reported yet."""
+        return bool(self.scheduler.has_requests() or self.due or self._connector_busy())
+
+    def _connector_busy(self) -> bool:
+        side = self.connector_scheduler
+        return bool(side is not None and side.has_pending_push_work())
+
+    # -- vLLM objects ---------------------------------------------------------------------
+    @property
+    def block_pool(self) -> Any:
+        """The GPU ``BlockPool``."""
+        return self.scheduler.kv_cache_manager.block_pool
+
+    @property
+    def connector_scheduler(self) -> Any:
+        """The ``OffloadingConnectorScheduler`` (None without offloading)."""
+        connector = self.scheduler.connector
+        return getattr(connector, "connector_scheduler", None) if connector else None
+
+    @property
+    def offloading_manager(self) -> Any:
+        """The ``CPUOffloadingManager`` (None without offloading)."""
+        side = self.connector_scheduler
+        return side.manager if side is not None else None
+
+    # -- one step -------------------------------------------------------------------------
+    def step(self) -> StepRecord:
+        """``schedule()``, a synthesized model-runner output, ``update_from_output()``."""
+        out = self.scheduler.schedule()
+        meta = out.kv_connector_metadata
+        stores = list(getattr(meta, "store_jobs", {}) or {})
+        loads = list(getattr(meta, "load_jobs", {}) or {})
+        for job_id in stores:
+            self.due.append((self.steps + self.transfer_delay, job_id, True,
+                             self._job_bytes(meta.store_jobs[job_id], True)))
+        for job_id in loads:
+            self.due.append((self.steps + self.transfer_delay, job_id, False,
+                             self._job_bytes(meta.load_jobs[job_id], False)))
+        worker_meta = self._worker_meta() if self.connector_scheduler is not None else None
+        ids = list(out.num_scheduled_tokens)
+        runner_output = ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=[self._sampled(out, r) for r in ids],
+            kv_connector_output=KVConnectorOutput(kv_connector_worker_meta=worker_meta)
+            if worker_meta is not None else None)
+        engine_outputs = self.scheduler.update_from_output(out, runner_output)
+        stats = self._read_stats(engine_outputs)
+        self.steps += 1
+        record = StepRecord(out, engine_outputs, stats, stores, loads)
+        self.history.append(record)
+        return record
+
+    def run(self, max_steps: int = 500) -> int:
+        """Step until nothing is left; return the steps taken."""
+        taken = 0
+        while self.busy and taken < max_steps:
+            self.step()
+            taken += 1
+        return taken
+
+    def _sampled(self, out: Any, req_id: str) -> list[int]:
+        req = self.scheduler.requests[req_id]
+        done = req.num_computed_tokens + out.num_scheduled_tokens[req_id]
+        return [7] if done >= req.num_tokens else []  # a partial prefill samples nothing
+
+    def _job_bytes(self, job: Any, is_store: bool) -> int:
+        spec = job.dst_spec if is_store else job.src_spec  # the CPU side, in chunks
+        chunks = len(getattr(spec, "block_ids", ()))
+        side = self.connector_scheduler
+        chunk_bytes = 0
+        if side is not None:
+            info = dict(side.manager.config_info()[0]) if side.manager.config_info() else {}
+            num, size = info.get("cpu_num_chunks", 0), info.get("cpu_kv_cache_size_bytes", 0)
+            chunk_bytes = size // num if num else 0
+        return chunks * chunk_bytes
+
+    def _worker_meta(self) -> OffloadingWorkerMetadata:
+        """What the workers report this step, aggregated as the engine core does."""
+        ready = [d for d in self.due if d[0] <= self.steps]
+        self.due = [d for d in self.due if d[0] > self.steps]
+        merged: OffloadingWorkerMetadata | None = None
+        for _ in range(self.workers):
+            stats = TransferStats()
+            for _, _, is_store, nbytes in ready:
+                share = nbytes // self.workers
+                side = stats.store if is_store else stats.load
+                side.record(share, share * self.seconds_per_byte)
+                if is_store:
+                    self.reported_store_bytes += share
+                else:
+                    self.reported_load_bytes += share
+            meta = OffloadingWorkerMetadata(completed_jobs={job: 1 for _, job, _, _ in ready},
+                                            transfer_stats=stats)
+            merged = meta if merged is None else merged.aggregate(meta)  # type: ignore[assignment]
+        assert merged is not None
+        return merged
+
+    def _read_stats(self, engine_outputs: Any) -> Any:
+        stats = None
+        for outputs in engine_outputs.values():
+            if outputs.scheduler_stats is not None:
+                stats = outputs.scheduler_stats
+        if stats is None:
+            return None
+        prefix = stats.prefix_cache_stats
+        if prefix is not None:
+            self.prefix_queries += prefix.queries
+            self.prefix_hits += prefix.hits
+            self.preempted_queries += getattr(prefix, "preempted_queries", 0)
+        self._add_connector_stats(getattr(stats, "kv_connector_stats", None))
+        return stats
+
+    def _add_connector_stats(self, data: Any) -> None:
+        """Sum vLLM's ``vllm:kv_offload_{store,load}_{bytes,time}`` counters."""
+        if not isinstance(data, dict):
+            return
+        values = data.get("data", {})
+        for name, attr in (("vllm:kv_offload_store_bytes", "vllm_store_bytes"),
+                           ("vllm:kv_offload_load_bytes", "vllm_load_bytes"),
+                           ("vllm:kv_offload_store_time", "vllm_store_time"),
+                           ("vllm:kv_offload_load_time", "vllm_load_time")):
+            for value in values.get(name, {}).values():
+                setattr(self, attr, getattr(self, attr) + value)
+
+    # -- the engine's truth ---------------------------------------------------------------
+    def gpu_state(self) -> tuple[int, int]:
+        """GPU ``(in_use, cached)`` blocks from the ``BlockPool`` (null block excluded)."""
+        pool = self.block_pool
+        free = pool.get_num_free_blocks()
+        cached = sum(1 for b in pool.blocks if b.block_hash is not None and b.ref_cnt == 0
+                     and not b.is_null)
+        return pool.num_gpu_blocks - 1 - free, cached
+
+    def host_state(self) -> tuple[int, int]:
+        """Host ``(in_use, cached)`` chunks from the ``CPUOffloadingManager``."""
+        m = self.offloading_manager
+        allocated = m._num_allocated_chunks - len(m._free_list)
+        cached = m._num_evictable_cache_chunks
+        return allocated - cached, cached
+
+    def truth(self) -> dict[str, tuple[int, int]]:
+        """``{tier: (in_use, cached)}`` as vLLM holds it."""
+        truth = {"gpu": self.gpu_state()}
+        if self.offloading_manager is not None:
+            truth["host"] = self.host_state()
+        return truth
+
+    def events_by_medium(self) -> dict[tuple[str, str], int]:
+        """``{(event kind, medium): blocks}`` over every KV cache event so far."""
+        counts: dict[tuple[str, str], int] = {}
+        for event in self.kv_events:
+            kind = type(event).__name__
+            medium = str(getattr(event, "medium", None) or "GPU")
+            key = (kind, medium)
+            counts[key] = counts.get(key, 0) + len(getattr(event, "block_hashes", ()) or ())
+        return counts
