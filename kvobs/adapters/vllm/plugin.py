@@ -1,30 +1,67 @@
 """Zero-code enablement for vLLM: the ``kvobs`` entry point of ``vllm.general_plugins``.
 
-vLLM calls every general plugin in every process it starts. With ``KVOBS_ENABLE=1``
-this one arranges for each v1 ``Scheduler`` the process builds to be instrumented
-(its ``KVCacheManager``, ``BlockPool`` and, with the offloading connector, the
-``CPUOffloadingManager``), logs the tier capacities, and serves ``/metrics``::
+vLLM calls every general plugin in every process it starts (API server, each
+engine-core process, each GPU worker). With ``KVOBS_ENABLE=1`` this one installs two
+constructor-time hooks and, in each process where one fires, starts telemetry through
+:meth:`kvobs.exporter.Telemetry.start` (``/metrics``, OTLP push, NVML, the periodic
+``kv_cache_summary`` log)::
 
     KVOBS_ENABLE=1 KVOBS_METRICS_ADDR=0.0.0.0:9464 \\
         vllm serve meta-llama/Llama-3.1-8B-Instruct --kv-offloading-size 64
 
-(``--kv-offloading-size`` GiB turns on vLLM's native CPU offloading: the
-``OffloadingConnector`` with a ``CPUOffloadingManager``; without it only the GPU tier
-and lookups are instrumented.)
+* **Engine core** (``Scheduler.__init__``): the scheduler's ``KVCacheManager``,
+  ``BlockPool`` and lookups (the ``gpu`` tier), the offloading connector's CPU manager
+  (``host``) and, with ``spec_name: TieringOffloadingSpec``, its secondary tiers
+  (``disk`` / ``remote``, :mod:`kvobs.adapters.vllm.tiering`). Transfers are counted
+  here, from the worker metadata the scheduler receives. One ``kv_cache_capacity``
+  event lists every tier.
+* **GPU worker** (``OffloadingConnectorWorker.register_kv_caches``, where the worker
+  builds its ``OffloadingWorker``): per-transfer durations, timed by vLLM on the copy
+  stream, as ``kvobs_transfer_duration_seconds`` on timing-only links
+  (:mod:`kvobs.adapters.vllm.transfers`): the worker exports the histogram and no
+  transfer counters, so a sum over processes never counts a transfer twice.
 
-Settings: ``KVOBS_METRICS_ADDR`` (default ``127.0.0.1:9464``; empty = no endpoint),
-``KVOBS_OTLP_ENDPOINT`` (push as well), ``KVOBS_MODEL`` (the ``model`` label; default:
-the served model). Without ``KVOBS_ENABLE`` the plugin does nothing.
+(``--kv-offloading-size`` GiB turns on vLLM's native CPU offloading; without it only the
+GPU tier and lookups are instrumented.)
 
-Why kvobs serves its own endpoint instead of joining vLLM's Prometheus registry: the
-block pool and the offloading manager live in the engine-core process, while vLLM's
-``/metrics`` is served by the API-server process from stats the engine core sends over
-ZMQ as fixed dataclasses. Nothing kvobs adds there would reach that registry, so kvobs
-serves its metrics from the process that owns the counters (scrape both targets).
+**One endpoint per process, one rank label per series.** Every series carries
+``dp_rank`` (vLLM's data-parallel rank of the engine) and, from a worker, ``tp_rank``
+(the worker's rank in its engine). Each process serves its own ``/metrics``: the
+engine core of data-parallel rank *r* on ``PORT + r``, the worker of rank *t* on
+``PORT + 100 + r * world_size + t`` (in vLLM's single-process executor the worker shares
+the engine core's process, endpoint and recorder); a port taken by another process
+moves to the next free one. Each process logs its URL (``metrics_serving`` with its
+ranks). How the series reach a scrape: scrape every logged port (a pod's
+``prometheus.io`` annotations or a ``PodMonitor`` port range ``PORT..PORT+100+N``), or
+set ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``KVOBS_OTLP_ENDPOINT`` so every process pushes
+to one collector; sum the duration histogram ``without (tp_rank)`` for an engine.
 
-The only class-level touch is one constructor hook on ``Scheduler.__init__`` (there is
-no instance before it runs); the instrumentation itself is per instance, and
-:func:`disable` removes the hook and unwraps every scheduler.
+Settings: ``KVOBS_METRICS_ADDR`` (base ``HOST:PORT``, default ``127.0.0.1:9464``; port 0
+= any free port; empty = no endpoint), ``KVOBS_OTLP_ENDPOINT`` (push as well; default
+``OTEL_EXPORTER_OTLP_ENDPOINT``), ``KVOBS_SUMMARY_INTERVAL_S`` (default 60; 0 = off),
+``KVOBS_MODEL`` (the ``model`` label; default: the served model). Without
+``KVOBS_ENABLE`` the plugin does nothing. kvobs never raises into vLLM: a failure
+while enabling or instrumenting is logged (``kvobs_enable_failed``,
+``kvobs_instrument_failed``) and vLLM goes on uninstrumented.
+
+Why kvobs serves its own endpoints instead of joining vLLM's Prometheus registry: the
+block pool and the offloading manager live in the engine-core process and the copy
+streams in the workers, while vLLM's ``/metrics`` is served by the API-server process
+from stats the engine core sends over ZMQ as fixed dataclasses. Nothing kvobs adds there
+would reach that registry, so kvobs serves its metrics from the processes that own the
+counters.
+
+The only class-level touches are the two constructor-time hooks (there is no instance
+before they run); the instrumentation itself is per instance, and :func:`disable`
+removes the hooks, unwraps every instance and stops telemetry.
+
+Example:
+    >>> from kvobs.adapters.vllm import plugin
+    >>> state = plugin.enable()                      # doctest: +SKIP
+    >>> scheduler = Scheduler(vllm_config, ...)      # doctest: +SKIP
+    >>> state.telemetry.metrics_url                  # doctest: +SKIP
+    'http://127.0.0.1:9464/metrics'
+    >>> plugin.disable()                             # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -32,62 +69,128 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from kvobs.adapters.vllm.capacity import gpu_tier_capacity
 from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_scheduler
-from kvobs.recorder import Recorder
+from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
+from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
+from kvobs.recorder import LinkRecorder, Recorder
 
 _log = structlog.get_logger("kvobs.vllm")
 _TRUE = {"1", "true", "yes", "on"}
 DEFAULT_ADDR = "127.0.0.1:9464"
 HOOK_FLAG = "_kvobs_scheduler_hook"
+WORKER_HOOK_FLAG = "_kvobs_worker_hook"
+#: Worker endpoints start this many ports above the base port.
+WORKER_PORT_OFFSET = 100
+#: Ports tried, upwards from the preferred one, when it is taken.
+PORT_ATTEMPTS = 64
+SUMMARY_INTERVAL_S = 60.0
+
+Part = VllmInstrumentation | TieringInstrumentation | TransferInstrumentation
 
 
 class _Enabled:
-    """Process-wide state: one recorder and endpoint for every scheduler of the process."""
+    """Process-wide state: one recorder and one telemetry for every instance it holds."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.recorder: Recorder | None = None
-        self.server: Any = None
-        self.bridge: Any = None
-        self.instrumentations: list[VllmInstrumentation] = []
-        self.original_init: Any = None
+        self.telemetry: Any = None
+        self.instrumentations: list[Part] = []
+        self.schedulers = 0
+        self.hooks: list[tuple[type, str, Any]] = []  # (class, method, original)
+
+    @property
+    def server(self) -> Any:
+        """The ``/metrics`` server of this process (None when not serving)."""
+        return getattr(self.telemetry, "server", None)
+
+    def _recorder(self, model: str, labels: dict[str, str], port_offset: int) -> Recorder:
+        """The process's recorder; the first call creates it and starts telemetry."""
+        if self.recorder is None:
+            rec = Recorder(engine="vllm", model=model, labels=labels)
+            self.telemetry = _start_telemetry(rec, port_offset)
+            self.recorder = rec
+        return self.recorder
 
     def attach(self, scheduler: Any) -> VllmInstrumentation:
-        """Instrument one scheduler; start the endpoint with the first one."""
+        """Instrument one scheduler (and its tiering); log every tier's capacity."""
+        dp_rank = _dp_rank(getattr(scheduler, "vllm_config", None))
         with self.lock:
-            if self.recorder is None:
-                self.recorder = Recorder(engine="vllm", model=_model_name(scheduler))
-                self._serve(self.recorder)
-            inst = instrument_scheduler(scheduler, self.recorder)
+            rec = self._recorder(_model_name(getattr(scheduler, "vllm_config", None)),
+                                 {"dp_rank": str(dp_rank)}, dp_rank)
+            inst = instrument_scheduler(scheduler, rec)
             self.instrumentations.append(inst)
-        _log_capacity(scheduler, self.recorder)
+            self.schedulers += 1
+            tiering = _attach_tiering(scheduler, rec, inst)
+            if tiering is not None:
+                self.instrumentations.append(tiering)
+        _log_capacity(scheduler, rec)
         return inst
 
-    def _serve(self, rec: Recorder) -> None:
-        from kvobs.telemetry.otel import OtelBridge  # only when enabled
-        from kvobs.telemetry.otlp import otlp_reader
-        from kvobs.telemetry.prometheus import start_metrics_server
+    def attach_worker(self, connector_worker: Any) -> TransferInstrumentation:
+        """Time the transfers of a worker-side offloading connector's ``OffloadingWorker``."""
+        config = getattr(connector_worker, "vllm_config", None)
+        parallel = connector_worker.spec.config.parallel
+        dp_rank, rank = _dp_rank(config), int(parallel.rank)
+        same_process = getattr(getattr(config, "parallel_config", None),
+                               "distributed_executor_backend", None) == "uni"
+        offset = dp_rank if same_process else \
+            WORKER_PORT_OFFSET + dp_rank * int(parallel.world_size) + rank
+        with self.lock:
+            rec = self._recorder(_model_name(config),
+                                 {"dp_rank": str(dp_rank), "tp_rank": str(rank)}, offset)
+            inst = instrument_offloading_worker(connector_worker.worker, rec,
+                                                links=self._worker_links(rec))
+            self.instrumentations.append(inst)
+        return inst
 
-        readers = []
-        address = os.environ.get("KVOBS_METRICS_ADDR", DEFAULT_ADDR).strip()
-        if address:
-            self.server = start_metrics_server(address)
-            readers.append(self.server.reader)
-        endpoint = os.environ.get("KVOBS_OTLP_ENDPOINT", "").strip()
-        if endpoint:
-            readers.append(otlp_reader(endpoint, rec))
-        if readers:
-            self.bridge = OtelBridge(rec, readers)
-        _log.info("kvobs_enabled", engine="vllm", model=rec.model,
-                  metrics_url=getattr(self.server, "url", None), otlp_endpoint=endpoint or None)
+    def _worker_links(self, rec: Recorder) -> Callable[[str, str], LinkRecorder]:
+        """Links for worker timings: counting ones where this process also holds the
+        scheduler (which counts the transfers into them), timing-only ones otherwise."""
+        def link(src: str, dst: str) -> LinkRecorder:
+            return rec.link(src, dst, counts=self.schedulers > 0)
+        return link
 
 
 _STATE = _Enabled()
+
+
+def _start_telemetry(rec: Recorder, port_offset: int) -> Any:
+    from kvobs.exporter import Telemetry  # only when enabled
+    from kvobs.telemetry.prometheus import parse_address
+
+    address: str | None = os.environ.get("KVOBS_METRICS_ADDR", DEFAULT_ADDR).strip() or None
+    if address is not None:
+        host, port = parse_address(address, "KVOBS_METRICS_ADDR")
+        if port:
+            host = f"[{host}]" if ":" in host else host
+            address = f"{host}:{min(port + port_offset, 65535)}"
+    endpoint = os.environ.get("KVOBS_OTLP_ENDPOINT", "").strip() or None
+    interval = float(os.environ.get("KVOBS_SUMMARY_INTERVAL_S", SUMMARY_INTERVAL_S) or 0)
+    telemetry = Telemetry.start(rec, _log, metrics_addr=address, otlp_endpoint=endpoint,
+                                summary_interval_s=interval, port_attempts=PORT_ATTEMPTS)
+    _log.info("kvobs_enabled", engine="vllm", model=rec.model,
+              metrics_url=telemetry.metrics_url, otlp_endpoint=endpoint, **rec.labels)
+    return telemetry
+
+
+def _attach_tiering(scheduler: Any, rec: Recorder,
+                    inst: VllmInstrumentation) -> TieringInstrumentation | None:
+    manager = tiering_manager(scheduler)
+    if manager is None:
+        return None
+    side = scheduler.connector.connector_scheduler
+    tokens = int(side.config.kv_group_configs[0].tokens_per_chunk)
+    tiering = instrument_tiering(manager, rec, block_tokens=tokens)
+    for part in inst.parts:  # the lookup adapter records the disk hits it leaves
+        if part.component == "vllm.kv_cache_manager":
+            part.disk_hits = tiering.disk_hits  # type: ignore[attr-defined]
+    return tiering
 
 
 def register() -> None:
@@ -100,71 +203,84 @@ def register() -> None:
         _log.warning("kvobs_enable_failed", error=repr(exc))
 
 
-def enable() -> _Enabled:
-    """Hook ``Scheduler.__init__`` so new schedulers get instrumented (idempotent)."""
-    from vllm.v1.core.sched.scheduler import Scheduler  # vLLM is optional
-
-    original = Scheduler.__init__
-    if getattr(original, HOOK_FLAG, False):
-        return _STATE
+def _hook(cls: type, name: str, flag: str, then: Callable[[Any], Any]) -> None:
+    """Wrap ``cls.name`` so that ``then(self)`` runs after it, guarded."""
+    original = getattr(cls, name)
+    if getattr(original, flag, False):
+        return
 
     @functools.wraps(original)
-    def init_then_instrument(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+    def run_then_instrument(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
         try:
-            _STATE.attach(self)
-        except Exception as exc:
-            _log.warning("kvobs_instrument_failed", error=repr(exc))
+            then(self)
+        except Exception as exc:  # vLLM goes on uninstrumented
+            _log.warning("kvobs_instrument_failed", target=cls.__name__, error=repr(exc))
+            if _STATE.recorder is not None:
+                _STATE.recorder.error("vllm.plugin", exc)
+        return result
 
-    setattr(init_then_instrument, HOOK_FLAG, True)
-    _STATE.original_init = original
-    setattr(Scheduler, "__init__", init_then_instrument)  # noqa: B010 - mypy-neutral
+    setattr(run_then_instrument, flag, True)
+    _STATE.hooks.append((cls, name, original))
+    setattr(cls, name, run_then_instrument)
+
+
+def enable() -> _Enabled:
+    """Hook ``Scheduler.__init__`` and ``OffloadingConnectorWorker.register_kv_caches``
+    so that new schedulers and offloading workers get instrumented (idempotent)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+        OffloadingConnectorWorker,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler  # vLLM is optional
+
+    with _STATE.lock:
+        _hook(Scheduler, "__init__", HOOK_FLAG, _STATE.attach)
+        _hook(OffloadingConnectorWorker, "register_kv_caches", WORKER_HOOK_FLAG,
+              _STATE.attach_worker)
     return _STATE
 
 
 def disable() -> None:
-    """Remove the constructor hook, unwrap every scheduler, stop the endpoint."""
-    from vllm.v1.core.sched.scheduler import Scheduler
-
+    """Remove the hooks, unwrap every instrumented object, stop telemetry."""
     with _STATE.lock:
-        if _STATE.original_init is not None:
-            setattr(Scheduler, "__init__", _STATE.original_init)  # noqa: B010
-            _STATE.original_init = None
-        for inst in _STATE.instrumentations:
+        for cls, name, original in reversed(_STATE.hooks):
+            setattr(cls, name, original)
+        _STATE.hooks.clear()
+        for inst in reversed(_STATE.instrumentations):
             inst.unwrap()
         _STATE.instrumentations.clear()
-        if _STATE.bridge is not None:
-            _STATE.bridge.shutdown()
-        if _STATE.server is not None:
-            _STATE.server.close()
-        _STATE.recorder = _STATE.server = _STATE.bridge = None
+        _STATE.schedulers = 0
+        if _STATE.telemetry is not None:
+            _STATE.telemetry.close()
+        _STATE.recorder = _STATE.telemetry = None
 
 
 def state() -> _Enabled:
-    """The process-wide plugin state (recorder, endpoint, instrumentations)."""
+    """The process-wide plugin state (recorder, telemetry, instrumentations)."""
     return _STATE
 
 
-def _model_name(scheduler: Any) -> str:
+def _dp_rank(vllm_config: Any) -> int:
+    parallel = getattr(vllm_config, "parallel_config", None)
+    return int(getattr(parallel, "data_parallel_rank", 0) or 0)
+
+
+def _model_name(vllm_config: Any) -> str:
     configured = os.environ.get("KVOBS_MODEL", "").strip()
     if configured:
         return configured
-    model_config = getattr(getattr(scheduler, "vllm_config", None), "model_config", None)
+    model_config = getattr(vllm_config, "model_config", None)
     return str(getattr(model_config, "served_model_name", None)
                or getattr(model_config, "model", None) or "unknown")
 
 
 def _log_capacity(scheduler: Any, rec: Recorder) -> None:
-    """One ``kv_cache_capacity`` event: GPU and host tiers, never added together."""
-    try:
-        manager = scheduler.kv_cache_manager
-        gpu = gpu_tier_capacity(manager.kv_cache_config)
-        tiers = {t.name: {"blocks": t.capacity_blocks, "tokens": t.capacity_blocks * t.block_tokens,
-                          "bytes": t.capacity_blocks * t.block_bytes}
-                 for t in (rec.tier(name) for name in rec.tier_names)}
-        _log.info("kv_cache_capacity", engine="vllm", model=rec.model,
-                  gpu_block_tokens=gpu.block_tokens, tiers=tiers,
-                  note="the GPU tier bounds running requests; the host tier keeps reusable "
-                       "prefixes that are onloaded before use")
-    except Exception as exc:
-        rec.error("vllm.plugin", exc)
+    """One ``kv_cache_capacity`` event: every tier (GPU, host, disk...), never added up."""
+    from kvobs.capacity import CapacityPlan
+
+    model_config = getattr(getattr(scheduler, "vllm_config", None), "model_config", None)
+    request_tokens = int(getattr(model_config, "max_model_len", 0) or 8192)
+    event = CapacityPlan.from_recorder(rec, request_tokens=request_tokens).as_event()
+    _log.info("kv_cache_capacity", engine="vllm", **event, **rec.labels,
+              note="the GPU tier bounds running requests; the host and disk tiers keep "
+                   "reusable prefixes that are onloaded before use")

@@ -1,123 +1,164 @@
-"""vLLM 0.33 ``OffloadingWorker`` (worker side of offloading) -> transfer metrics.
+"""vLLM 0.33 ``OffloadingWorker`` (the worker side of offloading) -> transfer durations.
 
-``submit_store(job_id, src_spec, dst_spec)`` moves GPU blocks to the offload medium and
-``submit_load(job_id, src_spec, dst_spec)`` moves them back; ``get_finished()`` returns one
-``TransferResult(job_id, success, transfer_size, transfer_time)`` per job. The adapter
-remembers each submitted job's direction and GPU block count (a bounded map of jobs in
-flight) and turns every result into ``link.completed`` / ``link.failed``.
+The worker process moves the KV data: ``submit_store(job_id, src_spec, dst_spec)``
+copies GPU blocks to the offload medium, ``submit_load(job_id, src_spec, dst_spec)``
+copies them back, and ``get_finished()`` returns one ``TransferResult(job_id, success,
+transfer_size, transfer_time)`` per job that completed. ``transfer_time`` is what vLLM's
+CPU worker measures between two CUDA events on the copy stream, i.e. device time; a
+worker that reports none is timed by wall clock from submission to the
+``get_finished`` call that returned the job (an upper bound).
 
-``transfer_time`` is what vLLM's CPU worker measures between two CUDA events on the copy
-stream, i.e. device time; when a worker reports none, the wall time from submission to
-the ``get_finished`` that returned the job is used instead (an upper bound).
+Every successful job is one sample of ``kvobs_transfer_duration_seconds`` on the link
+of its direction (``gpu -> host`` for stores, ``host -> gpu`` for loads). By default the
+links are *timing-only* (``rec.link(..., counts=False)``): the scheduler process counts
+the transfers (operations, blocks, bytes) from the worker metadata it receives, so a sum
+over both processes never counts one transfer twice. ``counts=True`` also counts them
+here (host chunks of the CPU-side spec), for a setup where only the worker is
+instrumented.
+
+Links are resolved at the first finished job, not at wrapping time, through ``links``
+(default ``rec.link(src, dst, counts=counts)``): a process that also holds the
+scheduler (vLLM's single-process executor) then shares the scheduler's counting link.
 
 Example:
-    >>> inst = instrument_offloading_worker(worker, rec)   # doctest: +SKIP
-    >>> rec.link("gpu", "host").snapshot().bytes          # doctest: +SKIP
+    >>> inst = instrument_offloading_worker(connector_worker.worker, rec)  # doctest: +SKIP
+    >>> rec.link("gpu", "host").durations                                 # doctest: +SKIP
+    deque([0.00042])
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
-from kvobs.adapters._hooks import Hook, Instrumentation, begin
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.recorder import LinkRecorder, Recorder
 from kvobs.tiers import GPU, HOST
 
 COMPONENT = "vllm.offloading_worker"
-HOOKS = (
-    Hook("submit_store", ("job_id", "src_spec", "dst_spec")),
-    Hook("submit_load", ("job_id", "src_spec", "dst_spec")),
-    Hook("get_finished", ()),
-)
 MAX_JOBS_IN_FLIGHT = 65536
+
+LinkFactory = Callable[[str, str], LinkRecorder]
 
 
 class TransferInstrumentation(Instrumentation):
-    """Wrappers on one offloading worker; ``in_flight`` maps job id -> (link, blocks, t0)."""
+    """Wrappers on one offloading worker.
 
-    def __init__(self, worker: Any, active: bool) -> None:
-        super().__init__(worker, COMPONENT, active)
-        self.in_flight: OrderedDict[int, tuple[LinkRecorder, int, float]] = OrderedDict()
-        self.unknown_jobs = 0  # results for jobs submitted before instrumenting
+    ``in_flight`` maps a submitted job id to ``(is_store, chunks, submitted_at)``;
+    bounded, oldest forgotten first. ``unknown_jobs`` counts results of jobs submitted
+    before the worker was instrumented.
+    """
+
+    def __init__(self, worker: Any, active: bool, rec: Recorder, links: LinkFactory,
+                 counts: bool, gpu_tier: str, tier: str) -> None:
+        super().__init__(worker, COMPONENT, active, rec)
+        self.in_flight: OrderedDict[int, tuple[bool, int, float]] = OrderedDict()
+        self.unknown_jobs = 0
+        self.counts = counts
+        self._links = links
+        self._directions = {True: (gpu_tier, tier), False: (tier, gpu_tier)}
+        self._resolved: dict[bool, LinkRecorder] = {}
+
+    def link(self, is_store: bool) -> LinkRecorder:
+        """The link of a direction (store: gpu -> tier), resolved on first use."""
+        link = self._resolved.get(is_store)
+        if link is None:
+            link = self._resolved[is_store] = self._links(*self._directions[is_store])
+        return link
+
+    def submitted(self, job_id: int, is_store: bool, chunks: int) -> None:
+        """Remember a job the worker accepted."""
+        in_flight = self.in_flight
+        in_flight[job_id] = (is_store, chunks, time.perf_counter())
+        if len(in_flight) > MAX_JOBS_IN_FLIGHT:
+            in_flight.popitem(last=False)
 
 
-def _gpu_blocks(spec: Any) -> int:
-    """GPU blocks of a ``GPULoadStoreSpec`` (``block_ids`` is a numpy array)."""
-    return len(spec.block_ids)
+def _chunks(spec: Any) -> int:
+    """Blocks of the offload medium's side of a transfer (CPU chunks)."""
+    ids = getattr(spec, "block_ids", None)
+    return len(ids) if ids is not None else 0
+
+
+def _job_id(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    return int(args[0] if args else kwargs["job_id"])
+
+
+def _stored(inst: TransferInstrumentation, state: None, accepted: bool, *args: Any,
+            **kwargs: Any) -> None:
+    dst = args[2] if len(args) > 2 else kwargs["dst_spec"]
+    if accepted:
+        inst.submitted(_job_id(args, kwargs), True, _chunks(dst))
+    elif inst.counts:
+        inst.link(True).fail(_chunks(dst))
+
+
+def _loaded(inst: TransferInstrumentation, state: None, accepted: bool, *args: Any,
+            **kwargs: Any) -> None:
+    src = args[1] if len(args) > 1 else kwargs["src_spec"]
+    if accepted:
+        inst.submitted(_job_id(args, kwargs), False, _chunks(src))
+    elif inst.counts:
+        inst.link(False).fail(_chunks(src))
+
+
+def _finished(inst: TransferInstrumentation, state: None, results: Any) -> None:
+    now = time.perf_counter()
+    for result in results:
+        job = inst.in_flight.pop(result.job_id, None)
+        if job is None:
+            inst.unknown_jobs += 1
+            continue
+        is_store, chunks, submitted_at = job
+        link = inst.link(is_store)
+        size = result.transfer_size or 0
+        if not result.success:
+            if inst.counts:
+                link.fail(chunks, size)
+            continue
+        seconds = result.transfer_time
+        if seconds is None:
+            seconds = now - submitted_at
+        if inst.counts:
+            link.transfer(chunks, size, seconds)
+        else:
+            link.timed(seconds)
+
+
+SPEC = AdapterSpec(COMPONENT, ("OffloadingWorker",), (
+    Hook("submit_store", ("job_id", "src_spec", "dst_spec"), "track", after=_stored),
+    Hook("submit_load", ("job_id", "src_spec", "dst_spec"), "track", after=_loaded),
+    Hook("get_finished", (), "transfer, fail", after=_finished),
+))
 
 
 def instrument_offloading_worker(worker: Any, rec: Recorder, *, gpu_tier: str = GPU,
-                                 tier: str = HOST) -> TransferInstrumentation:
-    """Count the transfers of a vLLM ``OffloadingWorker`` into ``rec``'s links.
+                                 tier: str = HOST, counts: bool = False,
+                                 links: LinkFactory | None = None) -> TransferInstrumentation:
+    """Time the transfers of a vLLM ``OffloadingWorker`` into ``rec``'s links.
 
     Args:
-        worker: an ``OffloadingWorker`` (``CPUOffloadingWorker`` for CPU offloading).
-        rec: the recorder.
+        worker: an ``OffloadingWorker`` (``CPUOffloadingWorker`` for CPU offloading),
+            e.g. ``OffloadingConnectorWorker.worker`` of the worker-side connector.
+        rec: the recorder of the worker process.
         gpu_tier: name of the GPU tier; ``tier`` the offload medium's tier.
+        counts: also count operations, chunks and bytes here (False: durations only,
+            the scheduler process counts them).
+        links: ``links(src, dst)`` returns the link of a direction; the default is
+            ``rec.link(src, dst, counts=counts)``.
+
+    Example:
+        >>> inst = instrument_offloading_worker(worker, Recorder())  # doctest: +SKIP
+        >>> inst.unwrap()                                           # doctest: +SKIP
 
     Raises:
         AdapterError: not an OffloadingWorker, or already instrumented.
     """
-    inst = begin(worker, ("OffloadingWorker",), HOOKS, COMPONENT,
-                 lambda active: TransferInstrumentation(worker, active))
-    if inst.active:
-        _install(inst, worker, rec, rec.link(gpu_tier, tier), rec.link(tier, gpu_tier))
-    return inst
+    def default_links(src: str, dst: str) -> LinkRecorder:
+        return rec.link(src, dst, counts=counts)
 
-
-def _install(inst: TransferInstrumentation, worker: Any, rec: Recorder,
-             offload: LinkRecorder, onload: LinkRecorder) -> None:
-    submit_store, submit_load = worker.submit_store, worker.submit_load
-    get_finished = worker.get_finished
-    in_flight, error = inst.in_flight, rec.error
-
-    def track(job_id: int, link: LinkRecorder, gpu_spec: Any, accepted: bool) -> None:
-        try:
-            blocks = _gpu_blocks(gpu_spec)
-            if not accepted:
-                link.failed(blocks)
-                return
-            in_flight[job_id] = (link, blocks, time.perf_counter())
-            if len(in_flight) > MAX_JOBS_IN_FLIGHT:
-                in_flight.popitem(last=False)
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    def submit_store_hook(job_id: int, src_spec: Any, dst_spec: Any, *args: Any,
-                          **kwargs: Any) -> bool:
-        accepted: bool = submit_store(job_id, src_spec, dst_spec, *args, **kwargs)
-        track(job_id, offload, src_spec, accepted)
-        return accepted
-
-    def submit_load_hook(job_id: int, src_spec: Any, dst_spec: Any, *args: Any,
-                         **kwargs: Any) -> bool:
-        accepted: bool = submit_load(job_id, src_spec, dst_spec, *args, **kwargs)
-        track(job_id, onload, dst_spec, accepted)
-        return accepted
-
-    def get_finished_hook() -> Any:
-        results = get_finished()
-        try:
-            now = time.perf_counter()
-            for result in results:
-                job = in_flight.pop(result.job_id, None)
-                if job is None:
-                    inst.unknown_jobs += 1
-                    continue
-                link, blocks, started = job
-                if not result.success:
-                    link.failed(blocks, result.transfer_size or 0)
-                    continue
-                seconds = result.transfer_time
-                if seconds is None:
-                    seconds = now - started
-                link.completed(blocks, result.transfer_size or 0, seconds)
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return results
-
-    inst.install("submit_store", submit_store_hook)
-    inst.install("submit_load", submit_load_hook)
-    inst.install("get_finished", get_finished_hook)
+    factory = links or default_links
+    return instrument(worker, SPEC, lambda active: TransferInstrumentation(
+        worker, active, rec, factory, counts, gpu_tier, tier))
