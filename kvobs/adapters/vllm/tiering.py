@@ -23,16 +23,18 @@ the host tier (vLLM writes one file or object per chunk), so transfers host <-> 
 count blocks of both tiers alike. Per secondary tier:
 
 * a cascade that lands (``get_finished_jobs`` reports the store job) -> ``store`` of the
-  chunks not already there, and a ``host -> disk`` transfer of every chunk written
-  (bytes and seconds as the tier reports them); a failed one -> ``fail``. vLLM writes a
-  chunk again if it is offered again (the file is replaced), so ``stores <= transfer
-  blocks`` on the disk tier: the difference is rewrites of data already on disk;
+  chunks written and a ``host -> disk`` transfer of them (bytes and seconds as the tier
+  reports them); a failed one -> ``fail``. vLLM writes a chunk again when it is
+  cascaded again (a promotion refused for a full host tier makes the request recompute
+  it): the file is replaced, counted as ``evict(reason="other")`` of the old copy and a
+  ``store`` of the new one, so ``kvobs_block_evictions_total{tier="disk",
+  reason="other"}`` reads the rewrites and stores equal the blocks transferred;
 * a promotion submitted (``submit_load``) -> ``reuse`` (cached -> in use while read);
   landed -> ``free(cached=True)`` and a ``disk -> host`` transfer of the chunks read;
   chunks that failed -> ``fail``;
 * occupancy: chunks this process wrote (cached) and chunks being read (in use).
-  Secondary tiers never evict (vLLM's file system tier keeps every file, also across
-  ``reset_cache``). Files written before this process started (a persistent or shared
+  Secondary tiers never evict otherwise (vLLM's file-system tier keeps every file,
+  also across ``reset_cache``). Files written before this process started (a persistent or shared
   directory) are not in the occupancy; their hits and promotions are counted;
 * capacity: the file system's size (``shutil.disk_usage``) in chunks for a file-system
   tier; a tier with no size (an object store) reads as the chunks it holds.
@@ -195,13 +197,15 @@ def _cascade_landed(inst: SecondaryInstrumentation, keys: list[Hashable], succes
     if not success:
         inst.cascade.fail(len(keys), nbytes)
         return
-    new = [k for k in dict.fromkeys(keys) if k not in inst.on_tier]
-    inst.on_tier.update(new)
+    written = list(dict.fromkeys(keys))
+    replaced = sum(1 for k in written if k in inst.on_tier)
+    inst.on_tier.update(written)
     if not inst.sized and len(inst.on_tier) > inst.tier.capacity_blocks:
         inst.tier.set_capacity(len(inst.on_tier))
-    if new:
-        inst.tier.store(len(new))
-    inst.cascade.transfer(len(keys), nbytes, seconds)
+    if replaced:  # the file is replaced: the old copy goes, the new one lands
+        inst.tier.evict(replaced, "other")
+    inst.tier.store(len(written))
+    inst.cascade.transfer(len(written), nbytes, seconds)
 
 
 def _promotion_landed(inst: SecondaryInstrumentation, result: Any, keys: list[Hashable],
@@ -226,7 +230,7 @@ def _promotion_landed(inst: SecondaryInstrumentation, result: Any, keys: list[Ha
 SECONDARY_SPEC = AdapterSpec(SECONDARY_COMPONENT, ("SecondaryTierManager",), (
     Hook("submit_store", ("job_metadata",), "track", after=_store_submitted),
     Hook("submit_load", ("job_metadata",), "reuse", after=_load_submitted),
-    Hook("get_finished_jobs", (), "store, transfer, free, fail", after=_finished),
+    Hook("get_finished_jobs", (), "store, evict, transfer, free, fail", after=_finished),
 ), state=("block_size_bytes",))
 
 

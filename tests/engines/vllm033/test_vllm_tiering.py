@@ -1,0 +1,324 @@
+"""vLLM 0.33 offloading tiering in a real loop: a real ``Scheduler`` whose offloading
+connector runs ``TieringOffloadingSpec`` with a real file-system secondary tier in
+``tmp_path``, and the real worker-side ``OffloadingConnector`` moving the data.
+
+vLLM's ``CPUOffloadingWorker`` needs CUDA (it asserts its KV tensors are on a GPU), so
+the worker side runs vLLM's own ``OffloadingConnectorWorker`` (job bookkeeping, worker
+metadata, finished loads) over :class:`CpuCopyWorker`, a subclass of vLLM's
+``OffloadingWorker`` base class that copies blocks between CPU tensors. Everything on
+the scheduler side, the tiering manager and its file-system tier is vLLM's.
+
+Truth comes from vLLM: the files its file-system tier wrote, the promotion jobs its
+tiering manager has in flight, and its own prefix-cache stats by hit source.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from vllm.config import set_current_vllm_config
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+    OffloadingConnector,
+)
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.structured_output import StructuredOutputManager
+from vllm_engine import EngineDriver, build_vllm_config, layer_specs, plan_kv_cache
+
+from kvobs.adapters._hooks import AdapterError
+from kvobs.adapters.vllm.tiering import (
+    TierHits,
+    instrument_tiering,
+    secondary_tier_name,
+    tiering_manager,
+)
+from kvobs.recorder import Recorder
+from kvobs.testing import Conformance, capture_telemetry
+
+BLOCK = 16
+
+
+# -- the worker side ---------------------------------------------------------------------
+class CpuCopyWorker(OffloadingWorker):
+    """vLLM's ``OffloadingWorker`` contract on CPU: copies GPU block rows to host chunks
+    and back (one GPU block per chunk), done at the next ``get_finished``.
+
+    ``timed``: report ``transfer_time`` (as vLLM's CUDA-event timing does) or None.
+    """
+
+    def __init__(self, gpu: list[torch.Tensor], num_chunks: int, timed: bool = True) -> None:
+        self.gpu = gpu
+        self.host = [torch.zeros((num_chunks, t.shape[1]), dtype=t.dtype) for t in gpu]
+        self.timed = timed
+        self.done: list[TransferResult] = []
+        self.submitted = 0
+
+    def _copy(self, job_id: int, to_host: bool, gpu_ids: Any, chunk_ids: Any) -> bool:
+        start = time.perf_counter()
+        src_rows = torch.as_tensor(gpu_ids if to_host else chunk_ids, dtype=torch.long)
+        dst_rows = torch.as_tensor(chunk_ids if to_host else gpu_ids, dtype=torch.long)
+        nbytes = 0
+        for gpu, host in zip(self.gpu, self.host, strict=True):
+            src, dst = (gpu, host) if to_host else (host, gpu)
+            dst[dst_rows] = src[src_rows]
+            nbytes += len(src_rows) * src.shape[1]
+        seconds = time.perf_counter() - start if self.timed else None
+        self.done.append(TransferResult(job_id, True, nbytes, seconds))
+        self.submitted += 1
+        return True
+
+    def submit_store(self, job_id: int, src_spec: Any, dst_spec: Any) -> bool:
+        return self._copy(job_id, True, src_spec.block_ids, dst_spec.block_ids)
+
+    def submit_load(self, job_id: int, src_spec: Any, dst_spec: Any,
+                    expedited: bool = False) -> bool:
+        return self._copy(job_id, False, dst_spec.block_ids, src_spec.block_ids)
+
+    def get_finished(self) -> list[TransferResult]:
+        done, self.done = self.done, []
+        return done
+
+    def wait(self, job_ids: set[int]) -> None:
+        return None
+
+
+def worker_connector(scheduler: Scheduler, timed: bool = True) -> OffloadingConnector:
+    """vLLM's worker-side ``OffloadingConnector`` for ``scheduler``'s config, its KV
+    caches registered (CPU tensors shaped as the model runner's), over a CpuCopyWorker."""
+    config, kv_config = scheduler.vllm_config, scheduler.kv_cache_config
+    with set_current_vllm_config(config):
+        connector = OffloadingConnector(config, KVConnectorRole.WORKER, kv_config)
+    side = connector.connector_worker
+    assert side is not None
+    num_chunks = int(side.spec.num_chunks)
+    side.spec.get_worker = lambda kv_caches: CpuCopyWorker(  # type: ignore[method-assign]
+        [t.tensor for t in kv_caches.tensors], num_chunks, timed)
+    page = kv_config.kv_cache_groups[0].kv_cache_spec.page_size_bytes
+    caches = {name: torch.zeros((kv_config.num_blocks, page), dtype=torch.int8)
+              for group in kv_config.kv_cache_groups for name in group.layer_names}
+    connector.register_kv_caches(caches)
+    return connector
+
+
+class WorkerLoop(EngineDriver):
+    """:class:`EngineDriver` whose worker side is vLLM's worker-side connector: each
+    step binds the scheduler's connector metadata, starts loads, defers stores, and
+    returns the finished loads and the worker metadata, as vLLM's model runner does."""
+
+    def __init__(self, scheduler: Scheduler, connector: OffloadingConnector,
+                 settle: bool = True) -> None:
+        super().__init__(scheduler)
+        self.connector = connector
+        self.settle = settle  # let the file-system tier finish its I/O after each step
+        self.disk_hits_by_vllm = 0
+
+    @property
+    def busy(self) -> bool:
+        manager = self.offloading_manager
+        return bool(self.scheduler.has_requests() or manager.has_pending_work())
+
+    def step(self) -> Any:
+        out = self.scheduler.schedule()
+        meta = out.kv_connector_metadata
+        connector = self.connector
+        connector.handle_preemptions(meta)
+        connector.bind_connector_metadata(meta)
+        connector.start_load_kv(None)  # type: ignore[arg-type]  # unused by this connector
+        connector.wait_for_save()
+        _, recving = connector.get_finished(out.finished_req_ids)
+        worker_meta = connector.build_connector_worker_meta()
+        connector.clear_connector_metadata()
+        ids = list(out.num_scheduled_tokens)
+        runner_output = ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=[self._sampled(out, r) for r in ids],
+            kv_connector_output=KVConnectorOutput(finished_recving=recving or None,
+                                                  kv_connector_worker_meta=worker_meta))
+        engine_outputs = self.scheduler.update_from_output(out, runner_output)
+        stats = self._read_stats(engine_outputs)
+        connector_hits = getattr(stats, "connector_prefix_cache_stats", None)
+        if connector_hits is not None:
+            self.disk_hits_by_vllm += connector_hits.hits_by_source.get(CacheHitSource.DISK, 0)
+        self.steps += 1
+        if self.settle:
+            self.settle_tiers()
+        return out
+
+    def settle_tiers(self) -> None:
+        """Wait for the file-system tier's I/O, then let vLLM's manager take the results
+        (what its next lookup or store would do first)."""
+        manager = self.offloading_manager
+        with manager.lock:
+            for tier in manager.secondary_tiers:
+                tier.drain_jobs()
+            manager._process_finished_jobs()
+
+    # -- truth from vLLM --------------------------------------------------------------
+    def disk_files(self, root: Path) -> int:
+        """Chunks on disk: the block files vLLM's file-system tier wrote."""
+        return sum(1 for p in root.rglob("*.bin"))
+
+    def promotions_in_flight(self, tier_idx: int = 0) -> int:
+        """Chunks of promotion jobs the tiering manager has not seen finish."""
+        return sum(len(job.transfer_job.keys) for job in self.offloading_manager._jobs.values()
+                   if job.transfer_job.is_promotion and job.tier_idx == tier_idx)
+
+
+def tiering_scheduler(tmp_path: Path, *, gpu_blocks: int = 16, host_chunks: int = 8,
+                      secondary: dict[str, Any] | None = None) -> Scheduler:
+    """A real Scheduler whose offloading connector runs ``TieringOffloadingSpec`` with a
+    file-system tier under ``tmp_path / "fs"`` (or the ``secondary`` tier config)."""
+    page = next(iter(layer_specs().values())).page_size_bytes * len(layer_specs())
+    config = build_vllm_config(tmp_path, cpu_bytes=page * host_chunks,
+                               max_model_len=(gpu_blocks - 1) * BLOCK)
+    extra = config.kv_transfer_config.kv_connector_extra_config  # type: ignore[union-attr]
+    extra["spec_name"] = "TieringOffloadingSpec"
+    extra["tier_poll_interval_s"] = 0  # serviced per step, as vLLM does without peers
+    extra["secondary_tiers"] = [secondary or {
+        "type": "fs", "root_dir": str(tmp_path / "fs"), "n_read_threads": 2,
+        "n_write_threads": 2}]
+    kv_config = plan_kv_cache(config, layer_specs(), gpu_blocks)
+    config.cache_config.num_gpu_blocks = gpu_blocks
+    return Scheduler(config, kv_config, StructuredOutputManager(config), block_size=BLOCK,
+                     log_stats=True)
+
+
+def prompt(conversation: int, blocks: int) -> list[int]:
+    """Distinct per conversation, the same tokens each time it comes back."""
+    return [1000 * (conversation + 1) + i for i in range(blocks * BLOCK + 1)]
+
+
+@pytest.fixture
+def loop(tmp_path):
+    scheduler = tiering_scheduler(tmp_path)
+    driver = WorkerLoop(scheduler, worker_connector(scheduler))
+    yield driver
+    driver.offloading_manager.shutdown()
+
+
+def test_the_file_system_tier_is_the_disk_tier(loop, tmp_path):
+    manager = tiering_manager(loop.scheduler)
+    assert manager is loop.offloading_manager
+    (tier,) = manager.secondary_tiers
+    assert secondary_tier_name(tier) == "disk"
+    rec = Recorder(engine="vllm")
+    inst = instrument_tiering(manager, rec, block_tokens=BLOCK)
+    assert inst.active and list(inst.tiers) == ["disk"]
+    disk = rec.snapshot().tier("disk")
+    assert disk.block_bytes == tier.block_size_bytes
+    import shutil
+    assert disk.capacity_blocks == shutil.disk_usage(tmp_path / "fs").total // tier.block_size_bytes
+    inst.unwrap()
+    assert tier.submit_store.__func__ is type(tier).submit_store
+    assert manager.prepare_load.__func__ is type(manager).prepare_load
+
+
+def test_disk_tier_equals_vllm_at_every_step(loop, tmp_path):
+    """Conversations overflow the 8-chunk host tier, are cascaded to disk, come back
+    and are promoted from disk; kvobs's disk tier equals vLLM's files at every step."""
+    manager = loop.offloading_manager
+    rec = Recorder(engine="vllm")
+    inst = instrument_tiering(manager, rec, block_tokens=BLOCK)
+    root = tmp_path / "fs"
+    kit = Conformance(rec, truth=lambda: {
+        "disk": (loop.promotions_in_flight(), loop.disk_files(root) - loop.promotions_in_flight())})
+    for turn in range(3):
+        for conv in range(6):
+            loop.add(f"c{conv}-t{turn}", prompt(conv, 3), max_tokens=2)
+            for _ in range(400):
+                if not loop.busy:
+                    break
+                loop.step()
+                kit.check(f"turn {turn} conv {conv} step {loop.steps}")
+    snap = kit.check("end")
+    disk = snap.tier("disk")
+    cascade, promote = snap.link("host", "disk"), snap.link("disk", "host")
+    assert loop.disk_files(root) == 6 * 3  # every full block of every prompt
+    assert cascade.blocks == disk.stores
+    rewrites = disk.evictions["other"]
+    assert disk.stores - rewrites == loop.disk_files(root)
+    assert cascade.bytes == cascade.blocks * manager.secondary_tiers[0].block_size_bytes
+    assert promote.blocks > 0 and disk.reuses == promote.blocks
+    assert disk.in_use_blocks == 0 and disk.cached_blocks == loop.disk_files(root)
+    assert promote.seconds > 0 and cascade.seconds > 0  # the tier's own job timings
+    # disk hits as vLLM's own prefix-cache stats attribute them
+    assert loop.disk_hits_by_vllm > 0
+    inst.unwrap()
+
+
+def test_promotions_in_flight_are_in_use_between_steps(tmp_path):
+    scheduler = tiering_scheduler(tmp_path)
+    loop = WorkerLoop(scheduler, worker_connector(scheduler), settle=False)
+    try:
+        rec = Recorder(engine="vllm")
+        inst = instrument_tiering(loop.offloading_manager, rec, block_tokens=BLOCK)
+        for conv in range(6):  # 18 chunks through an 8-chunk host tier: the first evicted
+            loop.add(f"c{conv}", prompt(conv, 3), max_tokens=2)
+            while loop.busy:
+                loop.step()
+                loop.settle_tiers()
+        loop.add("again", prompt(0, 3), max_tokens=2)
+        seen = 0
+        for _ in range(50):
+            if not loop.busy:
+                break
+            loop.step()
+            in_flight = loop.promotions_in_flight()
+            assert rec.snapshot().tier("disk").in_use_blocks == in_flight
+            seen = max(seen, in_flight)
+            time.sleep(0.01)
+        assert seen > 0
+        assert rec.snapshot().link("disk", "host").blocks >= 1
+        inst.unwrap()
+    finally:
+        loop.offloading_manager.shutdown()
+
+
+def test_disk_hits_match_vllm_hits_by_source(loop, tmp_path):
+    rec = Recorder(engine="vllm")
+    inst = instrument_tiering(loop.offloading_manager, rec, block_tokens=BLOCK)
+    for conv in range(6):
+        loop.add(f"c{conv}", prompt(conv, 3), max_tokens=2)
+        loop.run()
+    taken = {}
+    recorded = inst.disk_hits.take  # what the lookup adapter takes at the stats call
+    loop.add("again", prompt(0, 3), max_tokens=2)
+    while loop.busy:
+        loop.step()
+        taken["again"] = taken.get("again", 0) + recorded("again")
+    assert loop.disk_hits_by_vllm > 0
+    assert taken["again"] == loop.disk_hits_by_vllm
+    inst.unwrap()
+
+
+def test_tier_hits_are_bounded():
+    hits = TierHits(tokens_per_chunk=16, max_requests=2)
+    for i in range(3):
+        hits.add(f"r{i}", 1)
+    assert (hits.take("r0"), hits.take("r1"), hits.take("r2")) == (0, 16, 16)
+
+
+def test_disk_series_are_exported(loop, tmp_path):
+    rec = Recorder(engine="vllm")
+    inst = instrument_tiering(loop.offloading_manager, rec, block_tokens=BLOCK)
+    for conv in range(6):
+        loop.add(f"c{conv}", prompt(conv, 3), max_tokens=2)
+        loop.run()
+    with capture_telemetry(rec) as telemetry:
+        assert telemetry.value("kvobs_block_stores_total", tier="disk") == 18
+        assert telemetry.value("kvobs_transfer_blocks_total", src_tier="host",
+                               dst_tier="disk") == 18
+        assert telemetry.value("kvobs_tier_capacity_blocks", tier="disk") > 0
+    inst.unwrap()
+
+
+def test_not_a_tiering_manager_is_refused():
+    with pytest.raises(AdapterError, match="TieringOffloadingManager"):
+        instrument_tiering(object(), Recorder(), block_tokens=16)
