@@ -1,3 +1,126 @@
-"""kvobs: observability for tiered KV caches."""
+"""kvobs: observability for tiered KV caches.
+
+The front door for instrumenting an engine from Python:
+
+* :class:`Recorder` counts what happens in every tier (plain integer adds);
+* :class:`KVCacheCallbacks` is what an engine calls at its allocate / free / reuse /
+  store / evict / transfer / drop / fail / lookup points, by tier name;
+  :func:`instrument_methods` wraps methods of an allocator instance instead;
+* :func:`start_telemetry` starts every sink in one call: Prometheus ``/metrics``
+  and / or OTLP push, the capacity log and the periodic summary. It returns the
+  :class:`Telemetry`; ``close()`` it at shutdown.
+
+Example:
+    >>> import urllib.request, kvobs
+    >>> rec = kvobs.Recorder(engine="mine", model="llama-3-8b")
+    >>> kv = kvobs.KVCacheCallbacks(rec, {"gpu": (1024, 16, 2 * 2**20)})
+    >>> telemetry = kvobs.start_telemetry(rec, metrics_addr="127.0.0.1:0", logs=None)
+    >>> kv.allocate("gpu", 3)
+    >>> page = urllib.request.urlopen(telemetry.metrics_url).read().decode()
+    >>> 'kvobs_block_allocations_total{engine="mine",model="llama-3-8b",tier="gpu"} 3.0' in page
+    True
+    >>> telemetry.close()
+
+Engine adapters (``kvobs.adapters.vllm``, ``.lmcache``, ``.sglang``), the conformance
+kit (``kvobs.testing``) and the swap kernels (``kvobs.kernels``) are imported from
+their own modules. Names here load on first use, so ``import kvobs`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from kvobs.adapters.generic import KVCacheCallbacks, instrument_methods
+    from kvobs.capacity import CapacityPlan
+    from kvobs.errors import ConfigError, KvobsError
+    from kvobs.exporter import Telemetry
+    from kvobs.recorder import Recorder
+
+_LAZY = {
+    "CapacityPlan": "kvobs.capacity",
+    "ConfigError": "kvobs.errors",
+    "KVCacheCallbacks": "kvobs.adapters.generic",
+    "KvobsError": "kvobs.errors",
+    "Recorder": "kvobs.recorder",
+    "Telemetry": "kvobs.exporter",
+    "instrument_methods": "kvobs.adapters.generic",
+}
+
+__all__ = [
+    "CapacityPlan",
+    "ConfigError",
+    "KVCacheCallbacks",
+    "KvobsError",
+    "Recorder",
+    "Telemetry",
+    "__version__",
+    "instrument_methods",
+    "start_telemetry",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def start_telemetry(
+    recorder: Recorder,
+    *,
+    metrics_addr: str | None = "127.0.0.1:9464",
+    otlp_endpoint: str | None = None,
+    logs: str | None = "auto",
+    log_capacity: bool = True,
+    request_tokens: int = 8192,
+    logger: Any = None,
+    **options: Any,
+) -> Telemetry:
+    """Start exporting ``recorder``: ``/metrics``, OTLP, the capacity and summary logs.
+
+    Args:
+        recorder: the :class:`Recorder` the engine (or its adapter) counts into.
+        metrics_addr: ``HOST:PORT`` serving Prometheus ``/metrics`` (port 0: any free
+            port; ``telemetry.metrics_url`` says which); None serves nothing.
+        otlp_endpoint: OTLP/HTTP base URL to push to; None falls back to
+            ``OTEL_EXPORTER_OTLP_ENDPOINT`` and, if that is unset too, pushes nothing.
+        logs: ``"auto"`` (JSON off a terminal, console on one), ``"json"`` or
+            ``"console"`` configures structlog process-wide; None leaves the logging
+            set-up of the host application alone.
+        log_capacity: log the ``kv_cache_capacity`` event of the recorder's tiers now.
+        request_tokens: request length the capacity log interprets capacity for.
+        logger: structlog logger for kvobs's events (default ``structlog.get_logger("kvobs")``).
+        **options: passed on to :meth:`Telemetry.start` (``summary_interval_s``,
+            ``otlp_interval_s``, ``port_attempts``, ``nvml``...).
+
+    Returns:
+        The running :class:`Telemetry`; call ``close()`` at shutdown.
+
+    Raises:
+        ConfigError: an address or option is invalid, or the port is taken.
+    """
+    import structlog
+
+    from kvobs.capacity import CapacityPlan
+    from kvobs.exporter import Telemetry
+    from kvobs.telemetry.logs import configure_logging
+    from kvobs.telemetry.logs import log_capacity as emit_capacity
+
+    if logs is not None:
+        configure_logging(logs)
+    logger = logger if logger is not None else structlog.get_logger("kvobs")
+    if log_capacity and recorder.tier_names:
+        emit_capacity(CapacityPlan.from_recorder(recorder, request_tokens=request_tokens), logger)
+    return Telemetry.start(
+        recorder, logger, metrics_addr=metrics_addr, otlp_endpoint=otlp_endpoint, **options
+    )

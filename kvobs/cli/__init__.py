@@ -1,7 +1,8 @@
 """The ``kvobs`` command: one module per subcommand, each with ``register(subparsers)``.
 
 Bad input ends in a one-line ``kvobs: error: ...`` naming the field and the fix, exit
-status 2, never a traceback.
+status 2, never a traceback. Every flag is checked when the command line is parsed (its
+``type``) or first thing in the handler, before any heavy set-up (torch, pools, ports).
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ import sys
 from collections.abc import Sequence
 
 from kvobs import __version__
-from kvobs.cli import capacity_cmd, dashboards_cmd, demo_cmd, report_cmd
+from kvobs.cli import capacity_cmd, dashboards_cmd, demo_cmd, report_cmd, top_cmd
+from kvobs.cli.options import Parser
 from kvobs.errors import KvobsError
 
-SUBCOMMANDS = [demo_cmd, capacity_cmd, dashboards_cmd, report_cmd]
+SUBCOMMANDS = [demo_cmd, top_cmd, capacity_cmd, dashboards_cmd, report_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="kvobs",
         description="Observability for tiered KV caches: GPU, host and disk tiers.",
     )

@@ -12,8 +12,18 @@ from typing import Any
 
 from kvobs.capacity import GIB, CapacityPlan
 from kvobs.cli.model_options import add_model_options, layout_from_args
-from kvobs.cli.options import add_flag, add_option, non_negative_float, positive_float, positive_int
+from kvobs.cli.options import (
+    add_flag,
+    add_option,
+    at_most,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 from kvobs.errors import ConfigError
+
+#: Largest tier size accepted, in GiB (1 PiB): anything above is a typo.
+MAX_GIB = 2.0**20
 
 
 def register(subparsers: Any) -> None:
@@ -28,28 +38,28 @@ def register(subparsers: Any) -> None:
     add_option(
         parser,
         "--gpu-kv-gib",
-        type=positive_float,
+        type=at_most(positive_float, MAX_GIB),
         required=False,
         help="GiB of GPU memory given to the KV cache",
     )
     add_option(
         parser,
         "--host-pool-gib",
-        type=non_negative_float,
+        type=at_most(non_negative_float, MAX_GIB),
         default=0.0,
         help="GiB of host DRAM given to the KV host pool",
     )
     add_option(
         parser,
         "--disk-gib",
-        type=non_negative_float,
+        type=at_most(non_negative_float, MAX_GIB),
         default=0.0,
         help="GiB of disk given to the KV disk tier",
     )
     add_option(
         parser,
         "--request-tokens",
-        type=positive_int,
+        type=at_most(positive_int, 2**30),
         default=8192,
         help="request length (prompt + output) used to interpret capacity",
     )

@@ -15,13 +15,28 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import tempfile
+import urllib.parse
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 from kvobs.errors import ConfigError
 
 _T = TypeVar("_T")
+_N = TypeVar("_N", int, float)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line: the flag, the problem, the fix.
+
+    argparse would print the whole usage block first; subparsers inherit this class.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def env_name(flag: str) -> str:
@@ -63,9 +78,114 @@ def non_negative_float(text: str) -> float:
 
 def _parse(kind: Callable[[str], _T], text: str, what: str) -> _T:
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number: pass e.g. 1.5")
+    return value
+
+
+def at_most(parse: Callable[[str], _N], limit: _N) -> Callable[[str], _N]:
+    """argparse type: ``parse``, then no more than ``limit`` (huge values are typos).
+
+    Example:
+        >>> at_most(positive_int, 1024)("4096")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: 4096 is too large: use at most 1,024
+    """
+
+    def check(text: str) -> _N:
+        value = parse(text)
+        if value > limit:
+            shown = f"{int(limit):,}" if float(limit).is_integer() else f"{limit:,}"
+            raise argparse.ArgumentTypeError(f"{text} is too large: use at most {shown}")
+        return value
+
+    check.__name__ = parse.__name__
+    return check
+
+
+def http_url(text: str) -> str:
+    """argparse type: an ``http://`` or ``https://`` URL with a host."""
+    parsed = urllib.parse.urlparse(text.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL: pass e.g. http://127.0.0.1:9464"
+        )
+    try:
+        parsed.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} has an invalid port: use 1-65535") from None
+    return text.strip()
+
+
+def address(text: str) -> str:
+    """argparse type: ``HOST:PORT`` to listen on (IPv6 hosts in brackets)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is invalid: use HOST:PORT, e.g. 127.0.0.1:9464 (0.0.0.0:9464 in a pod)"
+        )
+    return text
+
+
+def input_file(text: str) -> str:
+    """argparse type: an existing, readable file (not a directory)."""
+    path = Path(text)
+    if not text:
+        raise argparse.ArgumentTypeError("'' is empty: pass a file path")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory: pass a file inside it")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text} does not exist: check the path")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text} is not readable: check its permissions")
+    return text
+
+
+def output_file(suffix: str | None = None) -> Callable[[str], str]:
+    """argparse type: a file path kvobs can write (missing parents are created later).
+
+    The nearest existing directory above the path must accept a new file; that is
+    tried for real (a probe file, removed at once), so read-only mounts fail here,
+    not after minutes of work.
+    """
+
+    def check(text: str) -> str:
+        example = f"out{suffix}" if suffix else "kvobs.log"
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"'' is empty: pass a file path such as {example}")
+        path = Path(text)
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{text} is a directory: pass a file path such as {path / example}"
+            )
+        if suffix and path.suffix.lower() != suffix:
+            raise argparse.ArgumentTypeError(f"{text} must end in {suffix}, e.g. {example}")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(f"{text} is not writable: pick another path")
+        parent = path.absolute().parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir() or not _can_create_in(parent):
+            raise argparse.ArgumentTypeError(
+                f"{text} cannot be written (directory {parent} is not writable): "
+                "pick a path in a writable directory"
+            )
+        return text
+
+    check.__name__ = "output file"
+    return check
+
+
+def _can_create_in(directory: Path) -> bool:
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
 
 
 def boolean(text: str) -> bool:

@@ -185,7 +185,7 @@ def test_env_twin_sets_a_flag():
         (
             ["demo", "--duration", "1", "--metrics-addr", "nonsense"],
             {},
-            "--metrics-addr 'nonsense' is invalid",
+            "--metrics-addr: 'nonsense' is invalid",
         ),
     ],
 )

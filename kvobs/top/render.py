@@ -1,0 +1,199 @@
+"""Draw endpoint views with rich: one panel per endpoint, readable from 40 columns up.
+
+Each panel shows, top to bottom: the tiers (a bar per tier: in use in the tier's colour,
+cached in its lighter shade, free as dots, then the numbers), the lookup split (where
+looked-up tokens were found), the transfers per direction (throughput, p50 / p99
+latency, drops and failures) and the health line (thrash onloads, wasted offloads,
+instrumentation errors). Colours come from :mod:`kvobs.report.palette`, the same as the
+report's and the dashboards'. Below 92 columns the tables fold into two short lines per
+tier or direction, so a narrow terminal (40 columns and up) still reads.
+
+Example:
+    >>> from rich.console import Console
+    >>> from kvobs.top.model import EndpointView
+    >>> console = Console(width=60, record=True, color_system=None)
+    >>> console.print(render_unreachable("http://127.0.0.1:1/metrics", "refused", 3))
+    >>> "unreachable" in console.export_text()
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kvobs.report.palette import NEUTRAL, OUTCOMES, direction_color, tier_color
+from kvobs.report.units import format_value
+from kvobs.top.model import EndpointView, TierView, TransferView
+
+#: Inner width (columns inside the panel border) from which the tables are drawn.
+WIDE = 88
+_MISS = OUTCOMES["miss"]
+
+
+def bar(parts: Sequence[tuple[float, str, str]], width: int, total: float) -> Text:
+    """A horizontal bar of ``width`` cells: ``(value, character, colour)`` parts of ``total``.
+
+    Example:
+        >>> bar([(5, "█", "green"), (3, "▒", "green")], 10, 10).plain
+        '█████▒▒▒··'
+    """
+    text = Text()
+    used = 0
+    if total > 0 and width > 0:
+        for value, char, color in parts:
+            cells = min(width - used, round(width * max(value, 0.0) / total))
+            if cells > 0:
+                text.append(char * cells, style=color)
+                used += cells
+    text.append("·" * max(0, width - used), style=NEUTRAL)
+    return text
+
+
+def _count(value: float) -> str:
+    return format_value(value, "short")
+
+
+def _bytes(value: float) -> str:
+    return format_value(value, "bytes")
+
+
+def _latency(value: float | None) -> str:
+    return "-" if value is None else format_value(value, "s")
+
+
+def _tier_bar(tier: TierView, width: int) -> Text:
+    return bar([(tier.in_use, "█", tier_color(tier.name)),
+                (tier.cached, "▒", tier_color(tier.name, "cached"))], width, tier.capacity)
+
+
+def _tiers(view: EndpointView, width: int) -> RenderableType:
+    if not view.tiers:
+        return Text("no tiers reported yet", style="dim")
+    if width < WIDE:
+        lines = []
+        for tier in view.tiers:
+            share = (tier.in_use + tier.cached) / tier.capacity if tier.capacity else 0.0
+            head = Text(f"{tier.name:<5}", style=f"bold {tier_color(tier.name)}")
+            lines.append(head + _tier_bar(tier, max(6, width - 12)) + Text(f" {share:4.0%}"))
+            lines.append(Text(f"      use {_count(tier.in_use)} cache {_count(tier.cached)} "
+                              f"free {_count(tier.free)}", style="dim"))
+        return Group(*lines)
+    table = Table(box=None, pad_edge=False, expand=False, show_edge=False, padding=(0, 1))
+    table.add_column("tier", no_wrap=True)
+    bar_width = max(20, width - 66)
+    table.add_column("█ use ▒ cache · free", no_wrap=True, width=bar_width)
+    for name in ("in use", "cached", "free", "capacity"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("bytes used", justify="right", no_wrap=True)
+    for tier in view.tiers:
+        table.add_row(
+            Text(tier.name, style=f"bold {tier_color(tier.name)}"), _tier_bar(tier, bar_width),
+            _count(tier.in_use), _count(tier.cached), _count(tier.free), _count(tier.capacity),
+            f"{_bytes(tier.in_use_bytes + tier.cached_bytes)} / {_bytes(tier.capacity_bytes)}",
+        )
+    return table
+
+
+def _hits(view: EndpointView, width: int) -> RenderableType:
+    total = sum(view.lookup_tokens.values())
+    label = "hits (since start)" if view.hits_since_start else "hits (last interval)"
+    if total <= 0:
+        return Text(f"{label}: no lookups yet", style="dim")
+    colors = {o: OUTCOMES[o] for o in OUTCOMES}
+    shown = [(o, v) for o, v in view.lookup_tokens.items() if v > 0]
+    legend = Text()
+    for outcome, value in shown:
+        legend.append(f" {outcome.replace('_hit', '')} ", style=f"bold {colors[outcome]}")
+        legend.append(f"{value / total:.0%}")
+    split = bar([(v, "█", colors[o]) for o, v in shown], max(10, min(width - 4, 60)), total)
+    rate = ""
+    if view.lookups_per_s is not None and not view.hits_since_start:
+        rate = f"  {_count(sum(view.lookup_tokens.values()))} tok/s"
+    return Group(Text(label + ":", style="bold") + legend + Text(rate, style="dim"), split)
+
+
+def _transfer_name(t: TransferView) -> Text:
+    return Text(f"{t.src}→{t.dst}", style=f"bold {direction_color(t.src, t.dst)}")
+
+
+def _losses(t: TransferView) -> Text:
+    text = Text()
+    for what, per_s, total in (("drop", t.drops_per_s, t.drops),
+                               ("fail", t.failures_per_s, t.failures)):
+        style = "bold red" if per_s > 0 else ("yellow" if total > 0 else "dim")
+        text.append(f"{what} {_count(per_s)}/s ({_count(total)}) ", style=style)
+    return text
+
+
+def _transfers(view: EndpointView, width: int) -> RenderableType:
+    if not view.transfers:
+        return Text("transfers: none yet", style="dim")
+    if width < WIDE:
+        lines = []
+        for t in view.transfers:
+            lines.append(_transfer_name(t) + Text(
+                f" {format_value(t.bytes_per_s, 'Bps')} p50 {_latency(t.p50_s)} "
+                f"p99 {_latency(t.p99_s)}"))
+            lines.append(Text("  ") + _losses(t))
+        return Group(*lines)
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1))
+    table.add_column("transfer", no_wrap=True)
+    table.add_column("throughput", justify="right", no_wrap=True)
+    table.add_column("blocks/s", justify="right", no_wrap=True)
+    table.add_column("p50", justify="right", no_wrap=True)
+    table.add_column("p99", justify="right", no_wrap=True)
+    table.add_column("drops / failures per s (total)", no_wrap=True)
+    for t in view.transfers:
+        latency_style = "dim" if t.latency_since_start else ""
+        table.add_row(_transfer_name(t), format_value(t.bytes_per_s, "Bps"),
+                      _count(t.blocks_per_s), Text(_latency(t.p50_s), style=latency_style),
+                      Text(_latency(t.p99_s), style=latency_style), _losses(t))
+    return table
+
+
+def _health(view: EndpointView) -> Text:
+    text = Text()
+    thrash_rate = view.thrash_per_s or 0.0
+    text.append("thrash ", style="bold")
+    text.append(f"{_count(thrash_rate)}/s ({_count(view.thrash)})  ",
+                style="bold red" if thrash_rate > 0 else "")
+    text.append("wasted offloads ", style="bold")
+    share = view.wasted_share
+    text.append("-" if share is None else f"{share:.0%}",
+                style="bold red" if share is not None and share > 0.5 else "")
+    text.append(f" ({_count(view.evicted_unused)} evicted unused, "
+                f"{_count(view.reused)} reused)")
+    if view.instrumentation_errors:
+        text.append(f"  instrumentation errors {_count(view.instrumentation_errors)}",
+                    style="bold red")
+    return text
+
+
+def render_view(view: EndpointView, width: int) -> Panel:
+    """The panel of one reachable endpoint, laid out for ``width`` columns."""
+    inner = max(20, width - 4)
+    body = Group(_tiers(view, inner), Text(""), _hits(view, inner), Text(""),
+                 _transfers(view, inner), _health(view))
+    every = f"rates over {view.interval_s:.1f} s" if view.interval_s else "first scrape"
+    return Panel(body, title=Text(view.title, style="bold"), title_align="left",
+                 subtitle=Text(f"{view.url} · {every}", style="dim"), subtitle_align="right",
+                 box=box.ROUNDED, width=width)
+
+
+def render_unreachable(url: str, reason: str, attempts: int) -> Panel:
+    """The panel of an endpoint that did not answer: why, and that it is retried."""
+    body = Text.assemble(("unreachable", "bold red"), f": {reason}\n",
+                         (f"retrying every refresh ({attempts} failed so far)", "dim"))
+    return Panel(body, title=Text(url, style="bold"), title_align="left", box=box.ROUNDED,
+                 border_style=_MISS)
+
+
+def render_screen(panels: Sequence[RenderableType], footer: str) -> RenderableType:
+    """All panels stacked, then the key help and ``footer``."""
+    return Group(*panels, Text(f" q quit · Ctrl-C quit · {footer}", style="dim"))
