@@ -23,20 +23,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from kvobs.errors import ConfigError
+from kvobs.errors import ConfigError, KvobsError
 
 _T = TypeVar("_T")
 _N = TypeVar("_N", int, float)
 
 
+class UsageError(KvobsError):
+    """The command line does not parse; ``kvobs`` prints it on one line and exits 2."""
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line: the flag, the problem, the fix.
 
-    argparse would print the whole usage block first; subparsers inherit this class.
+    argparse would print the whole usage block and exit; this raises :class:`UsageError`
+    instead, which the CLI prints as ``kvobs: error: ...``. Subparsers inherit the class.
     """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def env_name(flag: str) -> str:
@@ -163,7 +168,9 @@ def output_file(suffix: str | None = None) -> Callable[[str], str]:
                 f"{text} is a directory: pass a file path such as {path / example}"
             )
         if suffix and path.suffix.lower() != suffix:
-            raise argparse.ArgumentTypeError(f"{text} must end in {suffix}, e.g. {example}")
+            raise argparse.ArgumentTypeError(
+                f"{text} is not a {suffix} file: give a path ending in {suffix}, e.g. {example}"
+            )
         if path.exists() and not os.access(path, os.W_OK):
             raise argparse.ArgumentTypeError(f"{text} is not writable: pick another path")
         parent = path.absolute().parent

@@ -12,10 +12,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 from typing import Any
 
-from kvobs.cli.options import add_option, positive_float
+from kvobs.cli.options import add_option, at_most, http_url, output_file, positive_float
 from kvobs.dashboards.variables import FILTERS
 from kvobs.errors import ConfigError
 
@@ -28,7 +29,10 @@ def duration(text: str) -> float:
     match = _DURATION.match(text.strip())
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m or 2h")
-    return float(match.group(1)) * _SECONDS[match.group(2)]
+    seconds = float(match.group(1)) * _SECONDS[match.group(2)]
+    if seconds > 366 * 86400:
+        raise argparse.ArgumentTypeError(f"{text} is too long: use at most 366d")
+    return seconds
 
 
 def register(subparsers: Any) -> None:
@@ -40,9 +44,13 @@ def register(subparsers: Any) -> None:
         "Prometheus server and draw one PNG with one plot per panel.",
     )
     add_option(
-        parser, "--prometheus", default=None, help="Prometheus base URL, e.g. http://127.0.0.1:9090"
+        parser,
+        "--prometheus",
+        type=http_url,
+        default=None,
+        help="Prometheus base URL, e.g. http://127.0.0.1:9090",
     )
-    add_option(parser, "--out", default=None, help="PNG file to write")
+    add_option(parser, "--out", type=output_file(".png"), default=None, help="PNG file to write")
     add_option(
         parser,
         "--range",
@@ -59,7 +67,7 @@ def register(subparsers: Any) -> None:
     add_option(
         parser,
         "--timeout",
-        type=positive_float,
+        type=at_most(positive_float, 3600.0),
         default=10.0,
         help="seconds to wait for each Prometheus answer",
     )
@@ -78,14 +86,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         raise ConfigError("--out is required: pass the PNG path to write, e.g. --out tiers.png")
     if not _DURATION.match(args.rate_interval):
-        raise ConfigError(f"--rate-interval {args.rate_interval!r} is not a duration like 1m")
-    try:
-        from kvobs.report import build_report
-    except ImportError as exc:
         raise ConfigError(
-            f"kvobs report needs {exc.name}: pip install matplotlib grafanalib "
-            "pyyaml (or the project's dev extra)"
-        ) from None
+            f"--rate-interval {args.rate_interval!r} is not a duration like 1m: pass e.g. "
+            "--rate-interval 2m"
+        )
+    missing = [name for name in ("matplotlib", "numpy") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"kvobs report needs {' and '.join(missing)}: pip install 'kvobs[report]'"
+        )
+    from kvobs.report import build_report
     filters = {
         name: getattr(args, name) for name, _l, _h in FILTERS if getattr(args, name) is not None
     }

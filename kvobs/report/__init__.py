@@ -5,6 +5,10 @@ Prometheus server over a time range and draws one PNG with one plot per panel. A
 queries run before anything is drawn; any failure raises :class:`ReportError` naming
 the panel and the query, and no file is written.
 
+The dashboard is the JSON kvobs ships as package data (:mod:`.boards`), not rebuilt with
+grafanalib; drawing needs matplotlib (``pip install 'kvobs[report]'``), loaded only
+when a picture is drawn, so :mod:`.palette` and :mod:`.units` import without it.
+
 Example:
     >>> from kvobs.report import build_report, ReportError
     >>> try:
@@ -19,14 +23,22 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from kvobs.dashboards import dashboard_json
 from kvobs.dashboards.variables import all_values
+from kvobs.report.boards import dashboard_json
 from kvobs.report.fetch import ReportError, data_panels, fetch_panels
 from kvobs.report.prometheus_api import PrometheusClient
-from kvobs.report.render import PANELS_KEY, render_png
 
 __all__ = ["PANELS_KEY", "ReportError", "build_report"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PANELS_KEY":
+        from kvobs.report.render import PANELS_KEY
+
+        return PANELS_KEY
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: The dashboard the report draws.
 DASHBOARD = "kvobs-tiers"
@@ -72,5 +84,7 @@ def build_report(prometheus_url: str, out: str | Path, *, range_s: float = 900.0
     chosen = ", ".join(f"{k}={v}" for k, v in sorted((filters or {}).items())) or "all instances"
     subtitle = (f"{prometheus_url} · last {range_s / 60:g} min · {chosen} · "
                 f"rate window {rate_interval}")
+    from kvobs.report.render import render_png  # matplotlib: only once there is data
+
     render_png(panels, out, board["title"], subtitle, stacked)
     return [p.title for p in panels]

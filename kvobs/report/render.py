@@ -2,8 +2,11 @@
 
 One plot per panel, in dashboard order, two per row: time series as lines (stacked
 where the dashboard stacks them), stat panels as bars of the latest value, heatmaps as
-duration bucket x time images. The PNG is written to a temporary file beside ``out``
-and renamed into place, so a failure never leaves a partial picture behind.
+duration bucket x time images. Colours follow :mod:`kvobs.report.palette`: one per
+tier, outcome and direction, the same in every panel (and in ``kvobs top`` and the
+dashboards); p99, capacity and failure lines are dashed in their series' colour. The PNG
+is written to a temporary file beside ``out`` and renamed into place, so a failure never
+leaves a partial picture behind.
 
 Example:
     >>> from kvobs.report.fetch import PanelData
@@ -30,6 +33,8 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter
 
 from kvobs.report.fetch import PanelData
+from kvobs.report.palette import NEUTRAL, series_color
+from kvobs.report.prometheus_api import Series
 from kvobs.report.units import describe, format_value
 
 _COLUMNS = 2
@@ -51,20 +56,42 @@ def _time_axis(ax: Axes) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(_clock))
 
 
+def colors(lines: Sequence[tuple[str, Series]]) -> list[str]:
+    """One colour per line: the palette's for its labels, else matplotlib's cycle.
+
+    Example:
+        >>> colors([("gpu", Series({"tier": "gpu"}, [])), ("x", Series({}, []))])
+        ['#56A64B', 'C0']
+    """
+    result, spare = [], 0
+    for _name, series in lines:
+        color = series_color(series.labels)
+        if color is None:
+            color, spare = f"C{spare}", spare + 1
+        result.append(color)
+    return result
+
+
+def line_style(name: str) -> str:
+    """Dashed for the second line of a pair that shares a colour (p99, capacity, failed)."""
+    return "--" if name.startswith(("p99", "failed")) or name.endswith("capacity") else "-"
+
+
 def _draw_timeseries(ax: Axes, panel: PanelData, stacked: bool) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_value(v, panel.unit)))
     lines = [(name, s) for target in panel.targets for name, s in target.labelled()]
+    palette = colors(lines)
     if stacked:
         grid = sorted({t for _n, s in lines for t, _v in s.finite_samples})
         rows = []
         for _name, s in lines:
             values = dict(s.finite_samples)
             rows.append([values.get(t, 0.0) for t in grid])
-        ax.stackplot(grid, rows, labels=[n for n, _s in lines], alpha=0.7)
+        ax.stackplot(grid, rows, labels=[n for n, _s in lines], colors=palette, alpha=0.8)
     else:
-        for name, s in lines:
+        for (name, s), color in zip(lines, palette, strict=True):
             ax.plot([t for t, _v in s.finite_samples], [v for _t, v in s.finite_samples],
-                    label=name, linewidth=1.4)
+                    label=name, linewidth=1.4, color=color, linestyle=line_style(name))
     _time_axis(ax)
     ax.legend(fontsize=7, loc="upper left", ncol=2 if len(lines) > 4 else 1, framealpha=0.7)
     ax.grid(alpha=0.3)
@@ -75,11 +102,11 @@ def _draw_timeseries(ax: Axes, panel: PanelData, stacked: bool) -> None:
 
 
 def _draw_stat(ax: Axes, panel: PanelData) -> None:
-    pairs = [(name, s.finite_samples[-1][1]) for target in panel.targets
-             for name, s in target.labelled()]
-    names = [n for n, _v in pairs]
-    values = [v for _n, v in pairs]
-    bars = ax.barh(names, values, color="#3274d9")
+    lines = [(name, s) for target in panel.targets for name, s in target.labelled()]
+    names = [n for n, _s in lines]
+    values = [s.finite_samples[-1][1] for _n, s in lines]
+    palette = [c if c.startswith("#") else NEUTRAL for c in colors(lines)]
+    bars = ax.barh(names, values, color=palette)
     for bar, value in zip(bars, values, strict=True):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                 " " + format_value(value, panel.unit), va="center", fontsize=9)
