@@ -57,6 +57,15 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
     10.0,
 )
 
+#: Residency and reuse-gap histogram buckets in seconds: 100 ms to a day.
+RESIDENCY_BUCKETS_S: tuple[float, ...] = (
+    0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0,
+    86400.0,
+)
+
+#: Prefill cost sources (see kvobs.benefit).
+PREFILL_COST_SOURCES: tuple[str, ...] = ("none", "configured", "modelled", "measured")
+
 _UNIT_SUFFIXES = {"s": "_seconds", "By": "_bytes"}
 
 
@@ -182,6 +191,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Duration of one transfer batch, timed on the device stream where there is one.",
     ),
     _c(
+        "kvobs_transfer_seconds_total",
+        "s",
+        _LINK,
+        "Device seconds spent moving blocks between tiers (vLLM: summed over its "
+        "tensor-parallel workers, as vLLM reports them).",
+    ),
+    _c(
         "kvobs_thrash_onloads_total",
         "{block}",
         (),
@@ -198,6 +214,67 @@ METRICS: tuple[MetricSpec, ...] = (
         "{block}",
         (),
         "Offloaded blocks evicted from the host tier before any reuse (wasted offloads).",
+    ),
+    _c(
+        "kvobs_prefill_saved_seconds_total",
+        "s",
+        _T,
+        "Prefill compute seconds saved by hits in a slower tier (host, disk): hit tokens x "
+        "the prefill cost per token. Compare with the onload transfers' seconds.",
+    ),
+    _g(
+        "kvobs_prefill_cost_seconds",
+        "s",
+        (),
+        "Prefill compute seconds per prompt token used for the saved seconds.",
+    ),
+    _g(
+        "kvobs_prefill_cost_info",
+        "1",
+        ("source",),
+        "Where the prefill cost per token comes from (value 1): measured (fit of engine "
+        "step times), modelled (a simulation), configured, or none (nothing is counted).",
+    ),
+    _c(
+        "kvobs_reuse_references_total",
+        "{reference}",
+        (),
+        "Block references at the prefix lookup (every block of every looked-up prompt).",
+    ),
+    _c(
+        "kvobs_reuse_sampled_references_total",
+        "{reference}",
+        ("le",),
+        "Spatially sampled block references whose LRU reuse distance is at most le blocks "
+        '(cumulative; le="+Inf" counts every sampled reference, cold ones included). '
+        "The kvobs:reuse_hit_ratio rules turn it into the predicted hit ratio per size.",
+    ),
+    _g(
+        "kvobs_reuse_sample_rate",
+        "1",
+        (),
+        "Fraction of blocks the reuse-distance profile samples.",
+    ),
+    _g(
+        "kvobs_reuse_capacity_blocks",
+        "{block}",
+        (),
+        "Configured cache size (all tiers, in lookup blocks) the reuse buckets are "
+        "multiples of (1/8x to 16x).",
+    ),
+    MetricSpec(
+        "kvobs_block_residency_seconds",
+        "histogram",
+        "s",
+        _T,
+        "Time sampled blocks stayed in the tier, from arrival to eviction.",
+    ),
+    MetricSpec(
+        "kvobs_block_reuse_gap_seconds",
+        "histogram",
+        "s",
+        _T,
+        "Time between consecutive uses of sampled blocks in the tier.",
     ),
     _c(
         "kvobs_instrumentation_errors_total",

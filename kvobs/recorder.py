@@ -30,16 +30,27 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import structlog
 
+from kvobs.benefit import PrefillCost
 from kvobs.catalog import EVICTION_REASONS
 from kvobs.errors import ConfigError, UnknownTierError
 from kvobs.events import Keys
-from kvobs.snapshot import LinkSnapshot, LookupSnapshot, RecorderSnapshot, TierSnapshot
+from kvobs.residency import ResidencyTracker
+from kvobs.reuse import ReuseProfile
+from kvobs.snapshot import (
+    BenefitSnapshot,
+    LinkSnapshot,
+    LookupSnapshot,
+    RecorderSnapshot,
+    ReuseSnapshot,
+    TierSnapshot,
+)
 from kvobs.thrash import ThrashTracker
-from kvobs.tiers import HOST, tier_order, validate_tier_name
+from kvobs.tiers import GPU, HOST, tier_order, validate_tier_name
+from kvobs.trace import TraceWriter
 
 ResidentSource = Callable[[], tuple[int, int]]
 
@@ -65,13 +76,15 @@ class TierRecorder:
         "frees_to_cache",
         "frees_to_free",
         "name",
+        "residency",
         "reuses",
         "stores",
         "thrash",
     )
 
     def __init__(self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int,
-                 thrash: ThrashTracker | None = None):
+                 thrash: ThrashTracker | None = None,
+                 residency: ResidencyTracker | None = None):
         self.name = name
         self.capacity_blocks = capacity_blocks
         self.block_tokens = block_tokens
@@ -84,12 +97,15 @@ class TierRecorder:
         self.evictions_capacity = 0
         self.evictions = dict.fromkeys(EVICTION_REASONS, 0)  # "capacity" stays 0 here
         self.thrash = thrash  # offload tiers: keys of stores / reuses / evictions feed it
+        self.residency = residency  # keyed events: time in the tier, gaps between reuses
         self._resident: tuple[int, int] | None = None
         self._resident_source: ResidentSource | None = None
 
-    def allocate(self, n: int = 1) -> None:
+    def allocate(self, n: int = 1, keys: Keys = None) -> None:
         """``n`` free blocks were handed to requests (free -> in use)."""
         self.allocations += n
+        if keys is not None and self.residency is not None:
+            self.residency.born(keys)
 
     def free(self, n: int = 1, cached: bool = False) -> None:
         """``n`` blocks were released: kept as cached data if ``cached``, else emptied."""
@@ -101,19 +117,28 @@ class TierRecorder:
     def reuse(self, n: int = 1, keys: Keys = None) -> None:
         """``n`` cached blocks were taken back into use by a prefix hit (cached -> in use)."""
         self.reuses += n
-        if keys is not None and self.thrash is not None:
-            self.thrash.onloaded(keys)
+        if keys is not None:
+            if self.thrash is not None:
+                self.thrash.onloaded(keys)
+            if self.residency is not None:
+                self.residency.reused(keys)
 
     def store(self, n: int = 1, keys: Keys = None) -> None:
         """``n`` blocks were written into this tier as cached data (free -> cached)."""
         self.stores += n
-        if keys is not None and self.thrash is not None:
-            self.thrash.offloaded(keys)
+        if keys is not None:
+            if self.thrash is not None:
+                self.thrash.offloaded(keys)
+            if self.residency is not None:
+                self.residency.born(keys)
 
     def evict(self, n: int = 1, reason: str = "capacity", keys: Keys = None) -> None:
         """``n`` cached blocks were dropped (cached -> free); unknown reasons count as other."""
-        if keys is not None and self.thrash is not None:
-            self.thrash.evicted(keys)
+        if keys is not None:
+            if self.thrash is not None:
+                self.thrash.evicted(keys)
+            if self.residency is not None:
+                self.residency.evicted(keys)
         if reason == "capacity":  # the common case skips the dict
             self.evictions_capacity += n
             return
@@ -281,6 +306,10 @@ class Recorder:
         clock_ns: the thrash tracker's clock; simulations pass their virtual clock.
         labels: constant labels this process adds to every series (``dp_rank``,
             ``role``...), for processes of one engine that export side by side.
+        profile_reuse: keep the reuse-distance profile of keyed lookups
+            (:mod:`kvobs.reuse`).
+        residency_rate: fraction of keyed blocks whose residency is sampled
+            (:mod:`kvobs.residency`).
     """
 
     def __init__(
@@ -290,10 +319,14 @@ class Recorder:
         thrash_window_s: float = 10.0,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         labels: Mapping[str, str] | None = None,
+        profile_reuse: bool = True,
+        residency_rate: float = 1 / 16,
     ) -> None:
         self.engine = engine
         self.model = model
         self.labels = dict(labels or {})
+        self.clock_ns = clock_ns
+        self.residency_rate = residency_rate
         self._tiers: dict[str, TierRecorder] = {}
         self._links: dict[tuple[str, str], LinkRecorder] = {}
         self._setup_lock = threading.Lock()
@@ -303,6 +336,12 @@ class Recorder:
         self.gpu_hit_tokens = 0
         self.host_hit_tokens = 0
         self.disk_hit_tokens = 0
+        self.prefill_cost = PrefillCost()
+        self.host_saved_s = 0.0
+        self.disk_saved_s = 0.0
+        self.profile_reuse = profile_reuse
+        self.reuse: ReuseProfile | None = None
+        self.trace: TraceWriter | None = None
         self._errors: dict[str, int] = {}
         self._error_logged_at: dict[str, float] = {}
 
@@ -326,6 +365,7 @@ class Recorder:
                 tier = self._tiers[name] = TierRecorder(
                     name, capacity_blocks, block_tokens, block_bytes,
                     self.thrash if name == HOST else None,
+                    ResidencyTracker(clock_ns=self.clock_ns, rate=self.residency_rate),
                 )
             else:
                 tier.capacity_blocks = capacity_blocks
@@ -367,11 +407,15 @@ class Recorder:
         """All transfer directions seen so far."""
         return tuple(self._links.values())
 
-    def lookup(self, tokens: int, gpu_hit: int = 0, host_hit: int = 0, disk_hit: int = 0) -> None:
+    def lookup(self, tokens: int, gpu_hit: int = 0, host_hit: int = 0, disk_hit: int = 0,
+               keys: Sequence[Hashable] | None = None) -> None:
         """One prefix lookup of ``tokens`` prompt tokens and where they were found.
 
         Tokens not found in any tier are misses. Hits beyond ``tokens`` raise ``tokens``
-        so that the outcomes always sum to the looked-up tokens.
+        so that the outcomes always sum to the looked-up tokens. Host and disk hits
+        count as saved prefill at the current :attr:`prefill_cost`. ``keys``, the
+        prompt's block keys in order (GPU blocks), feed the reuse-distance profile
+        (:mod:`kvobs.reuse`) and the trace, if one is open.
         """
         hits = gpu_hit + host_hit + disk_hit
         if tokens < hits:
@@ -381,6 +425,44 @@ class Recorder:
         self.gpu_hit_tokens += gpu_hit
         self.host_hit_tokens += host_hit
         self.disk_hit_tokens += disk_hit
+        cost = self.prefill_cost.seconds_per_token
+        if cost:
+            self.host_saved_s += host_hit * cost
+            self.disk_saved_s += disk_hit * cost
+        if keys is not None:
+            profile = self.reuse
+            if profile is None and self.profile_reuse:
+                profile = self.start_reuse_profile()
+            if profile is not None:
+                profile.reference(keys)
+            if self.trace is not None:
+                self.trace.write(keys)
+
+    def step(self, seconds: float, prefill_tokens: int, decode_tokens: int) -> None:
+        """One engine step took ``seconds`` for this many scheduled tokens: measures the
+        prefill cost per token (:class:`~kvobs.benefit.PrefillCost`)."""
+        self.prefill_cost.observe_step(seconds, prefill_tokens, decode_tokens)
+
+    def start_reuse_profile(self, capacity_blocks: int | None = None,
+                            rate: float | None = None) -> ReuseProfile | None:
+        """Start the reuse-distance profile (the first keyed lookup does it with defaults).
+
+        ``capacity_blocks`` defaults to every registered tier's capacity in tokens over
+        the GPU tier's block size (lookup keys are GPU blocks): GPU + host (+ disk).
+        Returns None when no tier is registered yet.
+        """
+        with self._setup_lock:
+            if self.reuse is None:
+                if capacity_blocks is None:
+                    tiers = list(self._tiers.values())
+                    if not tiers:
+                        return None
+                    block = self._tiers[GPU].block_tokens if GPU in self._tiers \
+                        else tiers[0].block_tokens
+                    tokens = sum(t.capacity_blocks * t.block_tokens for t in tiers)
+                    capacity_blocks = max(tokens // max(block, 1), 1)
+                self.reuse = ReuseProfile(capacity_blocks, rate=rate)
+            return self.reuse
 
     def error(self, component: str, exc: BaseException | None = None) -> None:
         """Count a failure inside kvobs instrumentation; log it at most once a minute.
@@ -414,6 +496,12 @@ class Recorder:
             self.disk_hit_tokens,
         )
         links = self.links
+        cost = self.prefill_cost
+        benefit = BenefitSnapshot(self.host_saved_s, self.disk_saved_s,
+                                  cost.seconds_per_token, cost.source)
+        profile = self.reuse
+        reuse = None if profile is None else ReuseSnapshot(
+            profile.capacity_blocks, profile.rate, profile.total, tuple(profile.cumulative()))
         return RecorderSnapshot(
             self.engine,
             self.model,
@@ -423,6 +511,8 @@ class Recorder:
             self.thrash.snapshot(),
             dict(self._errors),
             sum(link.dropped_samples for link in links),
+            benefit,
+            reuse,
         )
 
 

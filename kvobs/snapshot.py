@@ -100,6 +100,26 @@ class ThrashSnapshot:
 
 
 @dataclass(frozen=True)
+class BenefitSnapshot:
+    """What the slower tiers' hits saved: prefill seconds, at the current cost per token."""
+
+    host_saved_s: float
+    disk_saved_s: float
+    prefill_seconds_per_token: float
+    prefill_cost_source: str
+
+
+@dataclass(frozen=True)
+class ReuseSnapshot:
+    """The reuse-distance profile: sampled references per distance bound (cumulative)."""
+
+    capacity_blocks: int
+    rate: float
+    references: int
+    cumulative: tuple[tuple[float, int], ...]  # (bound in blocks, sampled refs <= bound)
+
+
+@dataclass(frozen=True)
 class RecorderSnapshot:
     """Everything a sink exports, read at one moment."""
 
@@ -111,6 +131,8 @@ class RecorderSnapshot:
     thrash: ThrashSnapshot
     errors: Mapping[str, int]
     dropped_samples: int
+    benefit: BenefitSnapshot = BenefitSnapshot(0.0, 0.0, 0.0, "none")
+    reuse: ReuseSnapshot | None = None
 
     def tier(self, name: str) -> TierSnapshot:
         """The snapshot of tier ``name`` (KeyError if absent)."""

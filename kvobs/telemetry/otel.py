@@ -1,6 +1,6 @@
 """Bridge recorder snapshots into an OpenTelemetry MeterProvider.
 
-Every catalog metric except the duration histogram is an *observable* instrument whose
+Every catalog metric except the histograms is an *observable* instrument whose
 callback reads a recorder snapshot at collection time, so the engine's thread never
 calls OpenTelemetry. Transfer durations wait in each link's bounded buffer; the first
 callback of a collection drains them into a synchronous histogram, which the SDK runs
@@ -31,11 +31,15 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 
 from kvobs import __version__
-from kvobs.catalog import DURATION_BUCKETS_S, METRICS, MetricSpec, by_name
+from kvobs.catalog import DURATION_BUCKETS_S, METRICS, RESIDENCY_BUCKETS_S, MetricSpec, by_name
 from kvobs.recorder import Recorder
 from kvobs.telemetry.series import Series, SeriesSource, snapshot_series
 
 _DURATION = by_name("kvobs_transfer_duration_seconds")
+_RESIDENCY = by_name("kvobs_block_residency_seconds")
+_REUSE_GAP = by_name("kvobs_block_reuse_gap_seconds")
+_BUCKETS = {_DURATION.name: DURATION_BUCKETS_S, _RESIDENCY.name: RESIDENCY_BUCKETS_S,
+            _REUSE_GAP.name: RESIDENCY_BUCKETS_S}
 
 
 class OtelBridge:
@@ -61,16 +65,16 @@ class OtelBridge:
             {"service.name": "kvobs", "service.version": __version__, **self._common}
         )
         views = [
-            View(
-                instrument_name=_DURATION.otel_name,
-                aggregation=ExplicitBucketHistogramAggregation(list(DURATION_BUCKETS_S)),
-            )
+            View(instrument_name=by_name(name).otel_name,
+                 aggregation=ExplicitBucketHistogramAggregation(list(buckets)))
+            for name, buckets in _BUCKETS.items()
         ]
         self.provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views)
         meter = self.provider.get_meter("kvobs", __version__)
-        self._histogram = meter.create_histogram(
-            _DURATION.otel_name, unit=_DURATION.unit, description=_DURATION.help
-        )
+        self._histograms = {
+            name: meter.create_histogram(spec.otel_name, unit=spec.unit, description=spec.help)
+            for name, spec in ((n, by_name(n)) for n in _BUCKETS)
+        }
         observable = [spec for spec in METRICS if spec.kind != "histogram"]
         for index, spec in enumerate(observable):
             create = (
@@ -113,10 +117,23 @@ class OtelBridge:
         self._series = series
 
     def _drain_durations(self) -> None:
+        durations = self._histograms[_DURATION.name]
         for link in self._recorder.links:
             attrs = {**self._common, "src_tier": link.src, "dst_tier": link.dst}
             for seconds in link.drain_durations():
-                self._histogram.record(seconds, attrs)
+                durations.record(seconds, attrs)
+        residency = self._histograms[_RESIDENCY.name]
+        gaps = self._histograms[_REUSE_GAP.name]
+        for name in self._recorder.tier_names:
+            tracker = self._recorder.tier(name).residency
+            if tracker is None:
+                continue
+            attrs = {**self._common, "tier": name}
+            stays, waits = tracker.drain()
+            for seconds in stays:
+                residency.record(seconds, attrs)
+            for seconds in waits:
+                gaps.record(seconds, attrs)
 
     def force_flush(self) -> None:
         """Push pending data through every reader that pushes (OTLP)."""

@@ -62,6 +62,21 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
         add("kvobs_transfer_bytes_total", direction, link.bytes)
         add("kvobs_transfer_failures_total", direction, link.failures)
         add("kvobs_transfer_drops_total", direction, link.drops)
+        add("kvobs_transfer_seconds_total", direction, link.seconds)
+
+    benefit = snap.benefit
+    add("kvobs_prefill_saved_seconds_total", {"tier": "host"}, benefit.host_saved_s)
+    add("kvobs_prefill_saved_seconds_total", {"tier": "disk"}, benefit.disk_saved_s)
+    add("kvobs_prefill_cost_seconds", {}, benefit.prefill_seconds_per_token)
+    add("kvobs_prefill_cost_info", {"source": benefit.prefill_cost_source}, 1)
+    if snap.reuse is not None:
+        reuse = snap.reuse
+        add("kvobs_reuse_references_total", {}, reuse.references)
+        for bound, count in reuse.cumulative:
+            le = "+Inf" if bound == float("inf") else str(int(bound))
+            add("kvobs_reuse_sampled_references_total", {"le": le}, count)
+        add("kvobs_reuse_sample_rate", {}, reuse.rate)
+        add("kvobs_reuse_capacity_blocks", {}, reuse.capacity_blocks)
 
     add("kvobs_thrash_onloads_total", {}, snap.thrash.onloads_in_window)
     add("kvobs_offloaded_reused_blocks_total", {}, snap.thrash.offloaded_reused)

@@ -21,6 +21,8 @@ ALLOWED_LABELS = {
     "dst_tier",
     "component",
     "device",
+    "source",  # the prefill cost's source: four values
+    "le",  # reuse-distance bounds: 15 values, fixed by the configured capacity
 }
 
 
@@ -31,7 +33,7 @@ def test_names_units_and_labels(spec):
     if spec.unit == "By":
         assert "_bytes" in spec.name
     if spec.unit == "s":
-        assert spec.name.endswith("_seconds")
+        assert spec.name.removesuffix("_total").endswith("_seconds")
     assert set(spec.labels) <= ALLOWED_LABELS
     assert not set(spec.labels) & set(COMMON_LABELS)
     assert spec.help.endswith(".") and len(spec.help) > 10

@@ -1,0 +1,98 @@
+"""Does the host pool pay for itself? The prefill time its hits save, against its onloads.
+
+A host (or disk) hit saves the prefill compute of its tokens and costs an onload. kvobs
+counts the saving as ``hit tokens x prefill seconds per token`` at each lookup
+(``kvobs_prefill_saved_seconds_total{tier}``) and the cost as the onload transfers'
+device seconds (``kvobs_transfer_seconds_total{src_tier="host",dst_tier="gpu"}``); the
+``kvobs:host_pool_net_benefit_seconds:rate5m`` rule subtracts one from the other.
+
+The prefill cost per token comes from one of three sources, exported as
+``kvobs_prefill_cost_info{source}``:
+
+* ``measured``: where the engine lets kvobs see its step times and the tokens each step
+  scheduled, :meth:`PrefillCost.observe_step` fits ``step = a + b x prefill + c x
+  decode`` by recursive least squares with forgetting (old steps fade with a half-life
+  of about 700 steps); ``b`` is the cost, used once 32 steps with prefill were seen;
+* ``modelled``: a simulation that knows its own cost (``kvobs demo``);
+* ``configured``: a figure the operator passes (``KVOBS_PREFILL_SECONDS_PER_TOKEN``).
+
+Until one is known (``source="none"``) nothing is counted as saved: a guess would be a
+figure that disagrees with the engine.
+
+Example:
+    >>> cost = PrefillCost()
+    >>> for step in range(200):                  # 20 us per prefill token, 5 ms per step
+    ...     prefill, decode = (step * 37) % 512, 64
+    ...     cost.observe_step(0.005 + 20e-6 * prefill + 1e-5 * decode, prefill, decode)
+    >>> cost.source, round(cost.seconds_per_token * 1e6, 3)
+    ('measured', 20.0)
+"""
+
+from __future__ import annotations
+
+import threading
+
+from kvobs.errors import ConfigError
+
+SOURCES: tuple[str, ...] = ("none", "configured", "modelled", "measured")
+_FORGET = 0.999
+_MIN_STEPS = 32
+
+
+class PrefillCost:
+    """Seconds of prefill compute per prompt token, and where the figure comes from."""
+
+    def __init__(self) -> None:
+        self.seconds_per_token = 0.0
+        self.source = "none"
+        self._lock = threading.Lock()
+        # Normal equations of the fit over x = (1, prefill, decode), with forgetting.
+        self._xtx = [[0.0] * 3 for _ in range(3)]
+        self._xty = [0.0] * 3
+        self._prefill_steps = 0
+
+    def set(self, seconds_per_token: float, source: str = "configured") -> None:
+        """Use a known cost (``configured`` or ``modelled``); a measured one replaces it."""
+        if source not in ("configured", "modelled"):
+            raise ConfigError(f"prefill cost source must be configured or modelled, got "
+                              f"{source!r}")
+        if not seconds_per_token >= 0 or seconds_per_token == float("inf"):
+            raise ConfigError(f"prefill seconds per token must be a finite number >= 0, got "
+                              f"{seconds_per_token!r}: pass e.g. 2.5e-5")
+        self.seconds_per_token, self.source = float(seconds_per_token), source
+
+    def observe_step(self, seconds: float, prefill_tokens: int, decode_tokens: int) -> None:
+        """One engine step took ``seconds`` for ``prefill_tokens`` + ``decode_tokens``."""
+        x = (1.0, float(prefill_tokens), float(decode_tokens))
+        with self._lock:
+            xtx, xty = self._xtx, self._xty
+            for i in range(3):
+                xty[i] = _FORGET * xty[i] + x[i] * seconds
+                row = xtx[i]
+                for j in range(3):
+                    row[j] = _FORGET * row[j] + x[i] * x[j]
+            if prefill_tokens:
+                self._prefill_steps += 1
+            if self._prefill_steps >= _MIN_STEPS:
+                fit = _solve3(xtx, xty)
+                if fit is not None and fit[1] > 0:
+                    self.seconds_per_token, self.source = fit[1], "measured"
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Solve ``a x = b`` for the 3x3 normal equations, with a little ridge so that a
+    constant decode batch (collinear with the intercept) still leaves the prefill
+    coefficient identifiable; None if singular."""
+    ridge = 1e-9 * (a[0][0] + a[1][1] + a[2][2])
+    m = [[*(v + ridge * (i == j) for j, v in enumerate(row)), rhs]
+         for i, (row, rhs) in enumerate(zip(a, b, strict=True))]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12 * max(1.0, abs(m[col][col])):
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(3):
+            if r != col:
+                factor = m[r][col] / m[col][col]
+                m[r] = [v - factor * p for v, p in zip(m[r], m[col], strict=True)]
+    return [m[i][3] / m[i][i] for i in range(3)]

@@ -1,0 +1,234 @@
+"""Reuse distance, online and cheap: what hit ratio would a cache of N blocks get?
+
+For every block reference at the prefix lookup, its *reuse distance* is its LRU stack
+position: 1 + the number of distinct other blocks referenced since its previous
+reference (cold references, never seen before, have none). An LRU cache of ``C``
+blocks hits exactly the references whose distance is ``<= C``, so one profile answers
+"what if the pool were 2x larger?" for every size at once (Mattson et al., 1970).
+
+Computing it exactly needs memory for every distinct block. :class:`ReuseProfile`
+follows SHARDS (Waldspurger et al., FAST'15): a block is tracked only if a hash of its
+key falls under a threshold (rate ``R``, spatial sampling: all references of a sampled
+block are kept, none of the others), distances between sampled blocks are scaled by
+``1/R``, and each sampled reference counts for ``1/R`` references. Memory is bounded by
+``max_keys`` tracked blocks whatever the number of distinct keys: the rate is chosen so
+that ``max_keys / R`` covers the largest distance of interest (the horizon, 16x the
+configured capacity), and when more blocks than ``max_keys`` are live the least recently
+used one is forgotten (its next reference is beyond the horizon: a miss at every size
+of interest). Per reference the hot path pays one multiply-and-compare; a sampled one
+(1 in ``1/R``) pays a few microseconds (an order-statistics query on a Fenwick tree).
+
+Prefix semantics: engines stop matching at a request's first missing block. Under LRU
+with prefix-structured keys this needs no special case: a block's ancestors are
+referenced just before it in every request that uses it, so they are always more recent
+in the stack and a block after a miss is a miss too.
+
+Example:
+    >>> profile = ReuseProfile(capacity_blocks=4, rate=1.0)
+    >>> for request in (["a", "b", "c"], ["a", "b", "d"], ["a", "b", "c"]):
+    ...     profile.reference(request)
+    >>> profile.references, profile.hit_ratio(2), round(profile.hit_ratio(3), 3)
+    (9, 0.0, 0.444)
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+from kvobs.errors import ConfigError
+
+_SPACE = 1 << 24  # the sampling threshold's resolution
+_LOW_BITS = _SPACE - 1
+
+#: Bucket bounds as multiples of the configured capacity (cold references: +Inf).
+BUCKET_FACTORS: tuple[float, ...] = (
+    0.125, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0,
+)
+DEFAULT_MAX_KEYS = 32768
+#: Highest default sampling rate: keeps the hot path cheap on small pools too.
+DEFAULT_MAX_RATE = 1 / 8
+
+
+def default_rate(capacity_blocks: int, max_keys: int = DEFAULT_MAX_KEYS,
+                 max_rate: float = DEFAULT_MAX_RATE) -> float:
+    """The largest power-of-two rate <= ``max_rate`` whose horizon ``max_keys / rate``
+    covers 16x ``capacity_blocks`` (engines of one size share a rate, so their profiles
+    add up across a fleet)."""
+    rate = max_rate
+    while rate > 1 / _SPACE and max_keys / rate < BUCKET_FACTORS[-1] * capacity_blocks:
+        rate /= 2
+    return rate
+
+
+class _Fenwick:
+    """Prefix sums over slots 0..n-1 (1 marks a block's latest reference time)."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, size: int) -> None:
+        self.tree = [0] * (size + 1)
+
+    def add(self, slot: int, delta: int) -> None:
+        tree, i = self.tree, slot + 1
+        while i < len(tree):
+            tree[i] += delta
+            i += i & -i
+
+    def prefix(self, slot: int) -> int:
+        """Sum of slots 0..slot-1."""
+        tree, i, total = self.tree, slot, 0
+        while i > 0:
+            total += tree[i]
+            i -= i & -i
+        return total
+
+
+class ReuseProfile:
+    """A sampled reuse-distance profile of block references, with a fixed memory bound.
+
+    Args:
+        capacity_blocks: the configured cache size (GPU + host) in lookup blocks; the
+            exported buckets are :data:`BUCKET_FACTORS` times it.
+        rate: sampling rate in (0, 1]; default :func:`default_rate`.
+        max_keys: most sampled blocks tracked at once.
+        keep_samples: also keep every sampled distance (offline what-if: any size
+            can then be read exactly instead of at bucket bounds).
+
+    Raises:
+        ConfigError: a non-positive capacity, rate outside (0, 1] or ``max_keys``.
+    """
+
+    def __init__(self, capacity_blocks: int, rate: float | None = None,
+                 max_keys: int = DEFAULT_MAX_KEYS, keep_samples: bool = False) -> None:
+        if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) \
+                or capacity_blocks <= 0:
+            raise ConfigError(f"reuse profile: capacity_blocks must be a positive integer, "
+                              f"got {capacity_blocks!r}")
+        if max_keys <= 0:
+            raise ConfigError(f"reuse profile: max_keys must be > 0, got {max_keys!r}")
+        rate = default_rate(capacity_blocks, max_keys) if rate is None else rate
+        if not 0 < rate <= 1:
+            raise ConfigError(f"reuse profile: rate must be in (0, 1], got {rate!r}")
+        self.capacity_blocks = capacity_blocks
+        self.rate = rate
+        self.max_keys = max_keys
+        self.bounds: tuple[int, ...] = tuple(sorted(
+            {max(1, round(f * capacity_blocks)) for f in BUCKET_FACTORS}))
+        self._threshold = max(1, round(rate * _SPACE))
+        self._weight = 1.0 / rate
+        self._counts = [0] * (len(self.bounds) + 1)  # sampled references per bucket; last: +Inf
+        self._last: OrderedDict[int, int] = OrderedDict()  # sampled key -> latest slot
+        self._slots = 4 * max_keys
+        self._tree = _Fenwick(self._slots)
+        self._clock = 0
+        self._lock = threading.Lock()
+        self.samples: list[float] | None = [] if keep_samples else None
+        self.sampled = 0          # sampled references
+        self.total = 0            # all references, sampled or not
+        self.forgotten = 0        # tracked blocks dropped by the max_keys bound
+
+    def reference(self, keys: Sequence[Hashable]) -> None:
+        """Blocks ``keys`` (one request's prompt, in order) were looked up.
+
+        Sampling reads the low bits of ``hash((key,))``: the tuple hash mixes the key's
+        own hash (cached by bytes keys, the value itself for ints), so consecutive ints
+        sample as evenly as digests; about 100 ns a reference. Which blocks are sampled
+        varies with ``PYTHONHASHSEED``; the estimate does not depend on it.
+        """
+        threshold = self._threshold
+        self.total += len(keys)
+        picked = [bits for key in keys if (bits := hash((key,))) & _LOW_BITS < threshold]
+        if picked:
+            with self._lock:
+                for bits in picked:
+                    self._sample(bits)
+
+    def _sample(self, bits: int) -> None:
+        last, tree = self._last, self._tree
+        if self._clock == self._slots:
+            self._compact()
+        now = self._clock
+        self._clock += 1
+        previous = last.get(bits)
+        if previous is None:
+            distance = None
+            if len(last) >= self.max_keys:
+                _, oldest = last.popitem(last=False)
+                tree.add(oldest, -1)
+                self.forgotten += 1
+        else:
+            newer = len(last) - tree.prefix(previous + 1)  # distinct blocks since
+            distance = (newer + 1) * self._weight
+            tree.add(previous, -1)
+            last.move_to_end(bits)
+        last[bits] = now
+        tree.add(now, 1)
+        self.sampled += 1
+        if distance is None:
+            self._counts[-1] += 1
+        else:
+            self._counts[bisect_left(self.bounds, distance)] += 1
+        if self.samples is not None:
+            self.samples.append(float("inf") if distance is None else distance)
+
+    def _compact(self) -> None:
+        """Renumber live slots 0..n-1 in recency order (the tree is full of dead slots)."""
+        self._tree = _Fenwick(self._slots)
+        for slot, bits in enumerate(self._last):
+            self._last[bits] = slot
+            self._tree.add(slot, 1)
+        self._clock = len(self._last)
+
+    @property
+    def references(self) -> int:
+        """References looked up (every one, sampled or not)."""
+        return self.total
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(bound in blocks, sampled references with distance <= bound)``, ending with
+        ``(inf, every sampled reference)``: cold references are only there."""
+        running, rows = 0, []
+        for bound, count in zip((*self.bounds, float("inf")), self._counts, strict=True):
+            running += count
+            rows.append((float(bound), running))
+        return rows
+
+    def hit_ratio(self, size_blocks: float) -> float:
+        """Predicted LRU hit ratio of block references for a cache of ``size_blocks``.
+
+        SHARDS-adj: the sample holds ``sampled`` references where ``total * rate`` were
+        expected; the difference comes mostly from a few hot blocks, whose distances are
+        the shortest, so it is credited to the shortest distances. Exact at any size with
+        ``keep_samples``; otherwise read at the largest bucket bound <= ``size_blocks``.
+        """
+        expected = self.total * self.rate
+        if not self.sampled or expected <= 0:
+            return 0.0
+        if self.samples is not None:
+            hits = sum(1 for d in self.samples if d <= size_blocks)
+        else:
+            hits = sum(count for bound, count in zip(self.bounds, self._counts, strict=False)
+                       if bound <= size_blocks)
+        return adjusted_hit_ratio(hits, self.sampled, self.total, self.rate)
+
+
+def adjusted_hit_ratio(hits: float, sampled: float, total: float, rate: float) -> float:
+    """SHARDS-adj hit ratio from sampled hits, sampled and total references and the rate
+    (the same formula the ``kvobs:reuse_hit_ratio`` recording rule applies).
+
+    Example:
+        >>> adjusted_hit_ratio(hits=50, sampled=110, total=1000, rate=0.1)  # 10 extra
+        0.4
+    """
+    expected = total * rate
+    if expected <= 0:
+        return 0.0
+    return min(max((hits + expected - sampled) / expected, 0.0), 1.0)
+
+
+def hit_ratios(profile: ReuseProfile, sizes: Sequence[float]) -> list[tuple[float, float]]:
+    """``[(size, predicted hit ratio)]`` for each size in blocks."""
+    return [(size, profile.hit_ratio(size)) for size in sizes]

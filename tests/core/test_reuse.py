@@ -1,0 +1,76 @@
+"""The sampled reuse-distance profile against an exact LRU simulation."""
+
+from __future__ import annotations
+
+import itertools
+import tracemalloc
+
+import pytest
+from lru_oracle import chat_prefixes, exact_lru_hit_ratio, loop, scan_with_hot_set, zipf
+
+from kvobs.errors import ConfigError
+from kvobs.reuse import ReuseProfile, default_rate
+
+CAPACITY = 2000  # blocks; the default rate for it is 1/8
+
+
+def profile_of(references, capacity=CAPACITY, **kwargs) -> ReuseProfile:
+    profile = ReuseProfile(capacity, **kwargs)
+    for start in range(0, len(references), 64):  # requests of 64 blocks
+        profile.reference(references[start:start + 64])
+    return profile
+
+
+WORKLOADS = {
+    "zipf-0.9": lambda: zipf(150_000, 20_000, 0.9, seed=1),
+    "zipf-1.2": lambda: zipf(150_000, 50_000, 1.2, seed=2),
+    "loop-5000": lambda: loop(120_000, 5000),
+    "scan+hot": lambda: scan_with_hot_set(120_000, 1500, seed=3),
+    "chat": lambda: list(itertools.chain.from_iterable(chat_prefixes(6000, seed=4))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_default_profile_is_within_0_02_of_exact_lru_at_every_bucket(name):
+    references = WORKLOADS[name]()
+    assert len(references) >= 100_000
+    profile = profile_of(references)
+    assert profile.rate == default_rate(CAPACITY) == 1 / 8
+    for size in profile.bounds:
+        exact = exact_lru_hit_ratio(references, size)
+        assert profile.hit_ratio(size) == pytest.approx(exact, abs=0.02), (name, size)
+
+
+def test_kept_samples_answer_any_size_and_rate_one_is_exact():
+    references = zipf(30_000, 5000, 1.0, seed=5)
+    exact_profile = profile_of(references, rate=1.0, keep_samples=True)
+    for size in (37, 555, 1234, 4999):
+        assert exact_profile.hit_ratio(size) == pytest.approx(
+            exact_lru_hit_ratio(references, size), abs=1e-12)
+
+
+def test_cumulative_buckets_end_with_every_reference_and_cold_misses_in_inf():
+    profile = profile_of(loop(40_000, 100), rate=1.0)
+    rows = profile.cumulative()
+    assert rows[-1] == (float("inf"), 40_000)
+    assert rows[-2][1] == 40_000 - 100  # all but the first pass hit at >= 100 blocks
+    assert [count for _, count in rows] == sorted(count for _, count in rows)
+
+
+def test_memory_stays_bounded_whatever_the_number_of_distinct_keys():
+    profile = ReuseProfile(100, rate=1.0, max_keys=1000)
+    tracemalloc.start()
+    profile.reference(range(50_000))
+    first, _ = tracemalloc.get_traced_memory()
+    profile.reference(range(50_000, 1_000_000))
+    second, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(profile._last) == 1000 and profile.forgotten == 1_000_000 - 1000
+    assert second - first < 200_000  # bytes: no growth with 950,000 more distinct keys
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ConfigError, match="capacity_blocks must be a positive integer"):
+        ReuseProfile(0)
+    with pytest.raises(ConfigError, match=r"rate must be in \(0, 1\]"):
+        ReuseProfile(10, rate=2.0)
