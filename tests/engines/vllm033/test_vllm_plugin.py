@@ -1,9 +1,10 @@
-"""The vllm.general_plugins entry point, loaded by vLLM's own plugin loader.
+"""The vllm.general_plugins entry point, loaded by vLLM's own plugin loader, in a real loop.
 
-A full vLLM Scheduler needs a model config (model registry inspection) that does not
-build on this CPU-only venv, so the scheduler here is a real ``Scheduler`` instance whose
-constructor is skipped, holding a real KVCacheManager: the hook, the instrumentation,
-the endpoint and the scrape are all real.
+kvobs is enabled only through ``vllm.plugins.load_general_plugins()`` with
+``KVOBS_ENABLE=1``; the schedulers are real vLLM 0.33 ``Scheduler``s built on CPU by
+``vllm_engine.build_scheduler`` (and, for the worker side, vLLM's worker-side
+``OffloadingConnector`` over a CPU ``OffloadingWorker``, see ``test_vllm_tiering``).
+Every figure is read back by scraping ``/metrics`` over HTTP.
 """
 
 from __future__ import annotations
@@ -12,30 +13,67 @@ import os
 import subprocess
 import sys
 import textwrap
+import urllib.error
 import urllib.request
 
 import pytest
+import structlog
+import vllm.plugins
+from prometheus_client.parser import text_string_to_metric_families
+from test_vllm_tiering import CpuCopyWorker, WorkerLoop, tiering_scheduler, worker_connector
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+    OffloadingConnectorWorker,
+)
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm_objects import admit, kv_cache_manager, request
+from vllm_engine import EngineDriver, build_scheduler
 
 from kvobs.adapters.vllm import plugin
 
 
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``{(sample name, sorted labels without engine/model): value}`` of one scrape."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = {k: v for k, v in sample.labels.items() if k not in ("engine", "model")}
+            samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    return sum(v for (n, got), v in samples.items()
+               if n == name and all((k, want) in got for k, want in labels.items()))
+
+
 @pytest.fixture
-def enabled():
-    state = plugin.enable()
-    yield state
+def loaded(monkeypatch):
+    """kvobs enabled the way a user enables it: env vars and vLLM's plugin loader."""
+    monkeypatch.setenv("KVOBS_ENABLE", "1")
+    monkeypatch.setenv("KVOBS_METRICS_ADDR", "127.0.0.1:0")
+    monkeypatch.setenv("KVOBS_MODEL", "tiny-llama")
+    monkeypatch.setenv("KVOBS_SUMMARY_INTERVAL_S", "0")
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    with structlog.testing.capture_logs() as logs:
+        vllm.plugins.load_general_plugins()
+        yield logs
     plugin.disable()
 
 
 def run_loader(env: dict[str, str]) -> str:
-    """Run vLLM's plugin loader in a fresh interpreter; print whether the hook is on."""
+    """Run vLLM's plugin loader in a fresh interpreter; print whether the hooks are on."""
     code = textwrap.dedent("""
         from vllm.plugins import load_general_plugins
         from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+            OffloadingConnectorWorker)
         load_general_plugins()
-        print("hooked" if getattr(Scheduler.__init__, "_kvobs_scheduler_hook", False)
-              else "not hooked")
+        hooked = (getattr(Scheduler.__init__, "_kvobs_scheduler_hook", False),
+                  getattr(OffloadingConnectorWorker.register_kv_caches,
+                          "_kvobs_worker_hook", False))
+        print("hooked" if all(hooked) else "not hooked" if not any(hooked) else "half")
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=env, timeout=120, check=True)
@@ -45,32 +83,129 @@ def run_loader(env: dict[str, str]) -> str:
 def test_vllm_loader_finds_the_entry_point_and_hooks_with_kvobs_enable():
     base = {k: v for k, v in os.environ.items() if not k.startswith("KVOBS_")}
     assert run_loader({**base, "KVOBS_ENABLE": "1"}) == "hooked"
+    assert run_loader(base) == "not hooked"
 
 
-def test_new_scheduler_is_instrumented_and_served(enabled, monkeypatch):
-    monkeypatch.setenv("KVOBS_METRICS_ADDR", "127.0.0.1:0")
-    monkeypatch.setenv("KVOBS_MODEL", "tiny-llama")
-    scheduler = Scheduler.__new__(Scheduler)
-    scheduler.kv_cache_manager = kv_cache_manager(24)
-    scheduler.connector = None
-    inst = enabled.attach(scheduler)
-    assert inst.active
-    manager = scheduler.kv_cache_manager
-    req = request(list(range(50)))
-    admit(manager, req)
+def test_real_scheduler_is_instrumented_served_and_unwrapped(loaded, tmp_path):
+    scheduler = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
+    state = plugin.state()
+    assert state.schedulers == 1 and state.instrumentations[0].active
+    url = state.telemetry.metrics_url
+    assert url.startswith("http://127.0.0.1:")
 
-    body = urllib.request.urlopen(enabled.server.url, timeout=10).read().decode()
-    assert 'kvobs_tier_capacity_blocks{engine="vllm",model="tiny-llama"' in body
-    allocations = [line for line in body.splitlines()
-                   if line.startswith("kvobs_block_allocations_total{") and 'tier="gpu"' in line]
-    assert allocations and float(allocations[0].rsplit(" ", 1)[1]) == 4.0
+    driver = EngineDriver(scheduler)
+    for conv in range(4):
+        driver.add(f"c{conv}", [conv * 1000 + i for i in range(100)], max_tokens=3)
+    driver.run()
+    driver.add("again", [i for i in range(100)], max_tokens=3)  # conversation 0 returns
+    driver.run()
 
+    samples = scrape(url)
+    pool = scheduler.kv_cache_manager.block_pool
+    assert value(samples, "kvobs_tier_capacity_blocks", tier="gpu", dp_rank="0") == \
+        pool.num_gpu_blocks - 1
+    host_chunks = driver.offloading_manager._num_chunks
+    assert value(samples, "kvobs_tier_capacity_blocks", tier="host", dp_rank="0") == host_chunks
+    assert value(samples, "kvobs_lookup_tokens_total", dp_rank="0") == driver.prefix_queries
+    assert value(samples, "kvobs_lookup_tokens_total", outcome="gpu_hit") == driver.prefix_hits
+    gpu_in_use, gpu_cached = driver.gpu_state()
+    assert value(samples, "kvobs_tier_resident_blocks", tier="gpu", state="cached") == gpu_cached
+    assert value(samples, "kvobs_tier_resident_blocks", tier="gpu", state="in_use") == gpu_in_use
+
+    (capacity,) = [e for e in loaded if e["event"] == "kv_cache_capacity"]
+    assert set(capacity["tiers"]) == {"gpu", "host"}
+    assert capacity["tiers"]["gpu"]["blocks"] == pool.num_gpu_blocks - 1
+    assert capacity["tiers"]["host"]["blocks"] == host_chunks
+    assert capacity["dp_rank"] == "0" and capacity["model"] == "tiny-llama"
+    serving = [e for e in loaded if e["event"] == "metrics_serving"]
+    assert serving and serving[0]["url"] == url and serving[0]["dp_rank"] == "0"
+
+    manager = driver.offloading_manager
     plugin.disable()
     assert not getattr(Scheduler.__init__, plugin.HOOK_FLAG, False)
-    assert manager.block_pool.get_new_blocks.__func__ is type(manager.block_pool).get_new_blocks
+    assert not getattr(OffloadingConnectorWorker.register_kv_caches, plugin.WORKER_HOOK_FLAG,
+                       False)
+    assert pool.get_new_blocks.__func__ is type(pool).get_new_blocks
+    assert manager.prepare_store.__func__ is type(manager).prepare_store
+    kv_manager = scheduler.kv_cache_manager
+    assert kv_manager.record_prefix_cache_stats.__func__ is \
+        type(kv_manager).record_prefix_cache_stats
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=2)
+    assert plugin.state().recorder is None
+
+
+def test_a_scheduler_with_tiering_exports_the_disk_tier(loaded, tmp_path):
+    scheduler = tiering_scheduler(tmp_path)
+    loop = WorkerLoop(scheduler, worker_connector(scheduler))
+    try:
+        for conv in range(6):
+            loop.add(f"c{conv}", [1000 * (conv + 1) + i for i in range(49)], max_tokens=2)
+            loop.run()
+        samples = scrape(plugin.state().telemetry.metrics_url)
+        files = sum(1 for _ in (tmp_path / "fs").rglob("*.bin"))
+        assert files == 18
+        assert value(samples, "kvobs_block_stores_total", tier="disk") == files
+        assert value(samples, "kvobs_tier_resident_blocks", tier="disk", state="cached") == files
+        assert value(samples, "kvobs_transfer_blocks_total", src_tier="host",
+                     dst_tier="disk") == files
+        assert value(samples, "kvobs_tier_capacity_blocks", tier="disk") > files
+        (capacity,) = [e for e in loaded if e["event"] == "kv_cache_capacity"]
+        assert "disk" in capacity["tiers"]
+        # the worker shares this process: its device timings land on the counted links
+        worker = loop.connector.connector_worker.worker
+        assert isinstance(worker, CpuCopyWorker) and worker.submitted > 0
+        assert value(samples, "kvobs_transfer_duration_seconds_count", src_tier="gpu",
+                     dst_tier="host") > 0
+        plugin.disable()
+        manager = loop.offloading_manager
+        assert manager.prepare_load.__func__ is type(manager).prepare_load
+        tier = manager.secondary_tiers[0]
+        assert tier.get_finished_jobs.__func__ is type(tier).get_finished_jobs
+        assert worker.get_finished.__func__ is type(worker).get_finished
+    finally:
+        loop.offloading_manager.shutdown()
+
+
+def test_a_worker_process_exports_timings_only_with_its_ranks(loaded, tmp_path):
+    """A worker process (no scheduler in it): the hook on register_kv_caches times every
+    transfer on timing-only links, labelled dp_rank and tp_rank; no transfer counters."""
+    engine = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
+    plugin.disable()  # the scheduler above lives "in another process"
+    vllm.plugins.plugins_loaded = False
+    vllm.plugins.load_general_plugins()
+    connector = worker_connector(engine)
+    state = plugin.state()
+    assert state.schedulers == 0 and state.recorder.labels == {"dp_rank": "0", "tp_rank": "0"}
+    driver = WorkerLoop(engine, connector)
+    for conv in range(3):
+        driver.add(f"c{conv}", [conv * 1000 + i for i in range(100)], max_tokens=3)
+    driver.run()
+    worker = connector.connector_worker.worker
+    samples = scrape(state.telemetry.metrics_url)
+    stores = value(samples, "kvobs_transfer_duration_seconds_count", src_tier="gpu",
+                   dst_tier="host", tp_rank="0", dp_rank="0")
+    assert stores > 0 and stores == worker.submitted  # every job the worker ran, timed
+    assert value(samples, "kvobs_transfer_operations_total") == 0
+    assert not [k for k in samples if k[0] == "kvobs_transfer_operations_total"]
 
 
 def test_register_without_kvobs_enable_does_nothing(monkeypatch):
     monkeypatch.delenv("KVOBS_ENABLE", raising=False)
     plugin.register()
     assert not getattr(Scheduler.__init__, plugin.HOOK_FLAG, False)
+    assert plugin.state().recorder is None
+
+
+def test_a_failure_while_instrumenting_never_reaches_vllm(loaded, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("kvobs bug")
+
+    monkeypatch.setattr(plugin, "instrument_scheduler", broken)
+    scheduler = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
+    driver = EngineDriver(scheduler)
+    driver.add("r", list(range(40)), max_tokens=2)
+    driver.run()
+    failed = [e for e in loaded if e["event"] == "kvobs_instrument_failed"]
+    assert failed and "kvobs bug" in failed[0]["error"]
+    assert plugin.state().recorder.snapshot().errors == {"vllm.plugin": 1}

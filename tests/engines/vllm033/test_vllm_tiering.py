@@ -155,6 +155,8 @@ class WorkerLoop(EngineDriver):
         """Wait for the file-system tier's I/O, then let vLLM's manager take the results
         (what its next lookup or store would do first)."""
         manager = self.offloading_manager
+        if not hasattr(manager, "secondary_tiers"):
+            return  # plain CPU offloading: nothing asynchronous beyond the worker
         with manager.lock:
             for tier in manager.secondary_tiers:
                 tier.drain_jobs()
