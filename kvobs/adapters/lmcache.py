@@ -22,9 +22,10 @@ not in the cache                chunk that never landed (or outlived its evictio
                                 hit; the chunk stays cached while read (LMCache pins it
                                 by a reference), so the read finishes, for the tier, as
                                 the get returns. ``batched_get_non_blocking``: per chunk
-``contains`` /                  ``rec.lookup``: per chunk, ``block_tokens`` tokens each,
-``batched_async_contains``      host hits for chunks found (the batch stops at the first
-                                miss); ``inst.lookups`` / ``lookup_hits`` count chunks
+``contains`` /                  one ``rec.lookup`` per call: ``block_tokens`` tokens per
+``batched_async_contains``      chunk asked, host hits for the chunks found (a batch
+                                stops at the first miss); ``inst.lookups`` /
+                                ``lookup_hits`` count the chunks
 ``remove`` that removed         ``evict(1, reason, keys)``: ``capacity`` inside
                                 ``allocate`` (``force=False``), ``explicit`` otherwise,
                                 ``reset`` inside ``clear``; if a reader still holds the

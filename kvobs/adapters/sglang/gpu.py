@@ -70,8 +70,8 @@ class GpuInstrumentation(Instrumentation):
         self.evicting = False      # inside RadixCache.evict: freed pages are its eviction
         self.orphaned = 0          # pages a tree reset evicted, not yet back in the free list
 
-    def settle(self) -> None:
-        """Count what changed in the allocator and the tree since the last settle."""
+    def settle_pool(self) -> None:
+        """Count what changed in the allocator since the last settle."""
         now = int(self.target.available_size()) // self.page
         taken, self.free_pages = self.free_pages - now, now
         if taken > 0:
@@ -82,6 +82,10 @@ class GpuInstrumentation(Instrumentation):
             self.orphaned -= absorbed
             if freed > absorbed:
                 self.tier.free(freed - absorbed)
+
+    def settle(self) -> None:
+        """Count what changed in the allocator and the tree since the last settle."""
+        self.settle_pool()
         tree = self.tree_cache
         if tree is not None:
             cached = int(tree.evictable_size()) // self.page
@@ -112,7 +116,7 @@ class TreeInstrumentation(Instrumentation):
 
 def _settle(inst: GpuInstrumentation, state: None, result: Any, *args: Any,
             **kwargs: Any) -> None:
-    inst.settle()
+    inst.settle_pool()     # tree changes settle in the tree's hooks and at collection
 
 
 def _settle_tree(inst: TreeInstrumentation, state: None, result: Any, *args: Any,
@@ -135,7 +139,7 @@ def _evicting(inst: TreeInstrumentation, *args: Any, **kwargs: Any) -> None:
 def _evicted(inst: TreeInstrumentation, state: None, result: Any, *args: Any,
              **kwargs: Any) -> None:
     gpu = inst.gpu
-    gpu.settle()                 # the freed pages: absorbed, they are the eviction
+    gpu.settle_pool()            # the freed pages: absorbed, they are the eviction
     gpu.evicting = False
     pages = int(result.num_tokens_evicted) // gpu.page
     if pages:
