@@ -80,7 +80,7 @@ def test_requests_hits_duplicates_and_lookups(engine):
     duplicate = allocator.alloc(4 * PAGE)                       # r3 recomputed r1's prompt
     assert insert(tree, PROMPT, duplicate) == 4 * PAGE          # the tree keeps its pages
     kit.check("duplicate inserted")
-    allocator.free(duplicate)                                   # the scheduler frees ours
+    allocator.free_segment(duplicate, start_pos=0)              # the scheduler frees ours
     gpu = kit.check("duplicate freed").tier("gpu")
     assert (gpu.allocations, to_free(gpu), gpu.reuses, gpu.frees_to_cache) == (10, 4, 2, 8)
     assert (gpu.in_use_blocks, gpu.cached_blocks) == (0, 6)
