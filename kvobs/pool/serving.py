@@ -74,8 +74,15 @@ class ServingLoop:
         self._running: list[tuple[float, int, Request, Allocation]] = []
         self._order = itertools.count()
         self._capacity_tokens = pool.gpu.shape[0] * pool.block_tokens
-        # Thrash windows are measured on the virtual clock, paced or not.
-        pool.recorder.thrash.clock_ns = lambda: int(self.now_s * 1e9)
+        # Thrash windows and residency are measured on the virtual clock, paced or not.
+        virtual_ns = lambda: int(self.now_s * 1e9)  # noqa: E731
+        pool.recorder.thrash.clock_ns = virtual_ns
+        for name in pool.recorder.tier_names:
+            tracker = pool.recorder.tier(name).residency
+            if tracker is not None:
+                tracker.clock_ns = virtual_ns
+        # The simulation knows its own prefill cost: host hits save exactly this.
+        pool.recorder.prefill_cost.set(1 / self.config.prefill_tokens_per_s, "modelled")
 
     def step(self) -> None:
         """Advance the virtual clock by one tick: finish, arrive, admit."""

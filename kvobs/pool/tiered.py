@@ -166,7 +166,7 @@ class TieredKVPool:
         new_blocks = self._take_gpu_blocks(needed, pinned_host=set(onload_src))
         for block in new_blocks:
             self._gpu_ref[block] = 1
-        self._gpu.allocate(needed)
+        self._gpu.allocate(needed, keys=hashes[gpu_hits:])
 
         if onload_src:
             for h in onload_hashes:
@@ -183,6 +183,7 @@ class TieredKVPool:
             prompt_tokens,
             gpu_hit=gpu_hits * self.block_tokens,
             host_hit=host_hits * self.block_tokens,
+            keys=hashes,
         )
         return Allocation(hit_blocks + new_blocks, prompt_tokens, gpu_hits, host_hits)
 
@@ -233,7 +234,7 @@ class TieredKVPool:
             del self._gpu_by_hash[h]
             self._gpu_hash[block] = None
             taken.append(block)
-        self._gpu.evict(shortfall, "capacity")
+        self._gpu.evict(shortfall, "capacity", keys=[h for h, _ in victims])
         return taken
 
     def _offload_victims(self, victims: list[tuple[int, int]], pinned_host: set[int]) -> None:

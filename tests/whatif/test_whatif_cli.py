@@ -1,0 +1,94 @@
+"""`kvobs whatif`: traces from the reference pool, answered and checked against exact LRU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lru_oracle import exact_lru_hit_ratio
+
+from kvobs.pool import ServingLoop, TieredKVPool
+from kvobs.pool.workload import ChatWorkload, WorkloadConfig
+from kvobs.presets import preset_layout
+from kvobs.recorder import Recorder
+from kvobs.trace import TraceWriter, read_trace
+
+
+def kvobs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvobs", *args], capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def chat_trace(tmp_path_factory) -> Path:
+    """Two virtual minutes of the demo's chat workload, traced at the pool's lookups."""
+    path = tmp_path_factory.mktemp("trace") / "chat.jsonl"
+    rec = Recorder(engine="test")
+    pool = TieredKVPool(preset_layout("qwen2.5-0.5b"), 256, 1024, rec, device="cpu")
+    loop = ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=2.0), seed=7))
+    with path.open("w") as out:
+        rec.trace = TraceWriter(out, clock=lambda: loop.now_s)
+        loop.run(120.0, pace=False)
+    return path
+
+
+def references(path: Path) -> list[str]:
+    with path.open() as lines:
+        return [block for record in read_trace(lines) for block in record.blocks]
+
+
+def test_json_answer_equals_an_exact_lru_simulation(chat_trace):
+    sizes = [100, 300, 1000, 1280, 3000]
+    result = kvobs("whatif", "--trace", str(chat_trace), "--sizes", ",".join(map(str, sizes)),
+                   "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    refs = references(chat_trace)
+    assert answer["exact"] and answer["references"] == len(refs) > 10_000
+    assert [row["blocks"] for row in answer["sizes"]] == sizes
+    for row in answer["sizes"]:
+        assert row["hit_ratio"] == pytest.approx(exact_lru_hit_ratio(refs, row["blocks"]),
+                                                 abs=1e-9)
+
+
+def test_gib_sizes_read_as_host_hits_for_a_model(chat_trace):
+    block = preset_layout("qwen2.5-0.5b").bytes_per_block
+    gpu_gib, host_gib = 256 * block / 2**30, [512 * block / 2**30, 1024 * block / 2**30]
+    result = kvobs("whatif", "--trace", str(chat_trace), "--model", "qwen2.5-0.5b",
+                   "--gpu-gib", f"{gpu_gib}", "--host-gib", ",".join(map(str, host_gib)))
+    assert result.returncode == 0, result.stderr
+    refs = references(chat_trace)
+    gpu = exact_lru_hit_ratio(refs, 256)
+    hosts = [exact_lru_hit_ratio(refs, n) - gpu for n in (512, 1024)]
+    assert f"GPU hits {gpu:.0%}" in result.stdout
+    assert f"host hits {hosts[0]:.0%} -> {hosts[1]:.0%} (inclusive tiers)" in result.stdout
+    exclusive = kvobs("whatif", "--trace", str(chat_trace), "--model", "qwen2.5-0.5b",
+                      "--gpu-gib", f"{gpu_gib}", "--host-gib", f"{host_gib[0]}", "--exclusive",
+                      "--json")
+    host = json.loads(exclusive.stdout)["host"][0]
+    assert host["host_hit_ratio"] == pytest.approx(exact_lru_hit_ratio(refs, 768) - gpu)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sizes", "10,abc"], "'abc' is not a number"),
+    (["--sizes", "0"], "--sizes takes positive whole numbers"),
+    (["--sizes", "inf"], "--sizes takes positive whole numbers"),
+    (["--gpu-gib", "16"], "--gpu-gib GIB and --host-gib GIB,GIB,... go together"),
+])
+def test_bad_flags_are_one_line_errors(chat_trace, args, message):
+    result = kvobs("whatif", "--trace", str(chat_trace), *args)
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_malformed_trace_names_its_line(tmp_path):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"blocks": ["a"]}\n{"blocks": "a"}\n')
+    result = kvobs("whatif", "--trace", str(trace))
+    assert result.returncode == 2
+    assert f"{trace}:2: \"blocks\" must be a list of block hashes" in result.stderr
+    trace.write_text("")
+    assert "holds no block references" in kvobs("whatif", "--trace", str(trace)).stderr
