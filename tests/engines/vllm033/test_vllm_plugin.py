@@ -209,3 +209,71 @@ def test_a_failure_while_instrumenting_never_reaches_vllm(loaded, tmp_path, monk
     failed = [e for e in loaded if e["event"] == "kvobs_instrument_failed"]
     assert failed and "kvobs bug" in failed[0]["error"]
     assert plugin.state().recorder.snapshot().errors == {"vllm.plugin": 1}
+
+
+# -- the worker adapter on its own ------------------------------------------------------
+def _specs(gpu_ids, chunk_ids):
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec
+    from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+    return (GPULoadStoreSpec(gpu_ids, group_sizes=[len(gpu_ids)], block_indices=[0]),
+            CPULoadStoreSpec(chunk_ids))
+
+
+def _worker(timed: bool = True) -> CpuCopyWorker:
+    import torch
+
+    return CpuCopyWorker([torch.randn(16, 256).view(torch.int8)], num_chunks=8, timed=timed)
+
+
+def test_worker_timings_go_to_timing_only_links():
+    from kvobs.adapters.vllm import instrument_offloading_worker
+    from kvobs.recorder import Recorder
+    from kvobs.testing import capture_telemetry
+
+    worker, rec = _worker(), Recorder()
+    inst = instrument_offloading_worker(worker, rec)
+    gpu, cpu = _specs([3, 4, 5], [0, 1, 2])
+    assert worker.submit_store(1, gpu, cpu)
+    gpu2, cpu2 = _specs([9, 10], [0, 1])
+    assert worker.submit_load(2, cpu2, gpu2)
+    results = {r.job_id: r for r in worker.get_finished()}
+    out, back = rec.link("gpu", "host"), rec.link("host", "gpu")
+    assert not out.counts and (out.operations, out.blocks) == (0, 0)
+    assert out.drain_durations() == [results[1].transfer_time]
+    assert back.drain_durations() == [results[2].transfer_time]
+    with capture_telemetry(rec) as telemetry:
+        out.timed(0.5)
+        assert telemetry.value("kvobs_transfer_duration_seconds", src_tier="gpu",
+                               dst_tier="host") == 1
+        assert "kvobs_transfer_operations_total" not in telemetry.collect()
+    inst.unwrap()
+    assert worker.get_finished.__func__ is CpuCopyWorker.get_finished
+
+
+def test_worker_counting_links_and_the_wall_clock_fallback():
+    from kvobs.adapters.vllm import instrument_offloading_worker
+    from kvobs.recorder import Recorder
+
+    worker, rec = _worker(timed=False), Recorder()
+    instrument_offloading_worker(worker, rec, counts=True)
+    gpu, cpu = _specs([3, 4, 5], [0, 1, 2])
+    worker.submit_store(7, gpu, cpu)
+    (result,) = worker.get_finished()
+    assert result.transfer_time is None
+    snap = rec.snapshot().link("gpu", "host")
+    assert (snap.operations, snap.blocks, snap.bytes) == (1, 3, result.transfer_size)
+    assert snap.seconds > 0  # timed from submission to get_finished
+    worker.submit_load(8, *reversed(_specs([1], [0])))
+    worker.done.clear()  # a job that never reports: nothing counted, nothing raised
+    assert worker.get_finished() == []
+    assert [(link.src, link.dst) for link in rec.links] == [("gpu", "host")]
+
+
+def test_worker_adapter_refuses_other_objects():
+    from kvobs.adapters._hooks import AdapterError
+    from kvobs.adapters.vllm import instrument_offloading_worker
+    from kvobs.recorder import Recorder
+
+    with pytest.raises(AdapterError, match="OffloadingWorker"):
+        instrument_offloading_worker([], Recorder())
