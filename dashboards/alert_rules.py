@@ -24,6 +24,8 @@ THRASH_MIN_ONLOADS_PER_S = 1
 FULL_OCCUPANCY = 0.95
 #: p99 of one transfer batch, seconds.
 TRANSFER_P99_S = 0.05
+#: How long the host pool may cost more onload time than the prefill it saves.
+NET_LOSS_FOR = "15m"
 
 _WHERE = "{{ $labels.instance }} ({{ $labels.model }})"
 _DIRECTION = "{{ $labels.src_tier }} → {{ $labels.dst_tier }}"
@@ -91,6 +93,23 @@ def alerts() -> list[dict[str, Any]]:
             "'Transfer latency heatmap'; compare throughput with the PCIe peak.\n"
             "Fix: look for PCIe contention (other copies, NCCL), pageable instead of pinned "
             "host memory, a NUMA-remote host pool, or batches too large for the link.",
+        ),
+        _alert(
+            "KvobsHostPoolCostsMoreThanItSaves",
+            "instance:kvobs_host_pool_net_benefit_seconds:rate5m < 0",
+            NET_LOSS_FOR, "warning",
+            f"The host pool of {_WHERE} costs more onload time than the prefill it saves",
+            "What: the host pool's net benefit is {{ $value | humanize }} seconds of "
+            "prefill per second (prefill its hits saved minus their onload time): onloading "
+            "those tokens takes longer than recomputing them would.\n"
+            "Impact: the host pool adds latency instead of removing it; PCIe bandwidth is "
+            "spent for nothing.\n"
+            "Check: 'Host pool health' dashboard, row 'Host pool verdict': saved vs onload "
+            "seconds, onload latency, and the what-if curve (would a smaller GPU or host "
+            "tier hit as often?). kvobs_prefill_cost_info says where the prefill cost comes "
+            "from; a configured one may be stale.\n"
+            "Fix: look for slow onloads (pageable memory, PCIe contention), offload only "
+            "long prefixes, or turn the host pool off for this workload.",
         ),
         _alert(
             "KvobsOffloadDrops",

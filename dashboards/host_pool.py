@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from .panels import Query, Section, heatmap, kvobs_dashboard, timeseries
+from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
 
 UID = "kvobs-host-pool"
@@ -21,6 +21,53 @@ TITLE = "kvobs / Host pool health"
 _HOST = 'tier="host"'
 _ONLOAD = ('src_tier="host"', 'dst_tier="gpu"')
 _OFFLOAD = ('src_tier="gpu"', 'dst_tier="host"')
+
+
+def _whatif_curve() -> str:
+    """The reuse_hit_ratio recording rule's formula over the dashboard's filters."""
+    sampled = "kvobs_reuse_sampled_references_total"
+    expected = (f"sum(rate({series('kvobs_reuse_references_total')}[1h])) "
+                f"* scalar(max({series('kvobs_reuse_sample_rate')}))")
+    hits = sum_by("le", rate(sampled, 'le!="+Inf"', window="1h"))
+    every = sum_by("", rate(sampled, 'le="+Inf"', window="1h"))
+    return (f"clamp(\n  ({hits} + ignoring (le) group_left () ({expected} - {every}))\n"
+            f"  / ignoring (le) group_left () ({expected} > 0),\n  0, 1)")
+
+
+def _verdict() -> Section:
+    saved = sum_by("", rate("kvobs_prefill_saved_seconds_total", _HOST))
+    onload = sum_by("", rate("kvobs_transfer_seconds_total", *_ONLOAD))
+    net = f"{saved} - ({onload} or {saved} * 0)"
+    wasted = sum_by("", rate("kvobs_offloaded_evicted_unused_blocks_total"))
+    offloaded = sum_by("", rate("kvobs_transfer_blocks_total", *_OFFLOAD))
+    curve = _whatif_curve()
+    return Section("Host pool verdict", [
+        stat("Net benefit",
+             "Prefill seconds per second the host pool's hits save, minus the onload "
+             "seconds they cost. Below zero the host pool adds latency (alert "
+             "KvobsHostPoolCostsMoreThanItSaves).",
+             "s",
+             [Query(net, "net saved s/s")]),
+        timeseries("Prefill saved vs onload time",
+                   "Saved: host-hit tokens x prefill cost per token (kvobs_prefill_cost_info "
+                   "says whether the cost is measured, modelled or configured). Onload: device "
+                   "seconds of host → gpu transfers.",
+                   "s",
+                   [Query(saved, "prefill saved"), Query(onload, "onload")],
+                   axis_label="seconds/s"),
+        stat("What-if: hit ratio by cache size",
+             "Predicted LRU hit ratio of block references if the whole cache (GPU + host, "
+             "in GPU blocks) held le blocks, from the sampled reuse-distance profile over "
+             "the last hour; compare with kvobs_reuse_capacity_blocks, the current size. "
+             "`kvobs whatif --prometheus` answers for any size and in GiB.",
+             "percentunit",
+             [Query(curve, "{{le}} blocks")], width=12),
+        stat("Wasted offloads",
+             "Share of offloaded blocks evicted from the host before any reuse: PCIe "
+             "bandwidth spent for nothing.",
+             "percentunit",
+             [Query(ratio(wasted, offloaded), "wasted")]),
+    ])
 
 
 def _occupancy() -> Section:
@@ -116,5 +163,5 @@ def dashboard() -> Dashboard:
         tags=["host-pool"],
         refresh="30s",
         time_from="now-1h",
-        sections=[_occupancy(), _payoff(), _onloads()],
+        sections=[_verdict(), _occupancy(), _payoff(), _onloads()],
     )

@@ -19,6 +19,27 @@ INSTANCE = "namespace, job, instance, engine, model"
 _ONLOAD = 'src_tier="host", dst_tier="gpu"'
 
 
+def host_pool_net_benefit(by: str, window: str) -> str:
+    """Prefill seconds per second the host pool's hits save, minus the onload seconds
+    they cost; only where the prefill cost is known (``source!="none"``)."""
+    saved = f'sum by ({by}) (rate(kvobs_prefill_saved_seconds_total{{tier="host"}}[{window}]))'
+    onload = f"sum by ({by}) (rate(kvobs_transfer_seconds_total{{{_ONLOAD}}}[{window}]))"
+    known = f'max by ({by}) (kvobs_prefill_cost_info{{source!="none"}})'
+    return f"({saved} - ({onload} or {saved} * 0))\nand on ({by}) ({known} > 0)"
+
+
+def reuse_hit_ratio(by: str, window: str) -> str:
+    """Predicted LRU hit ratio per cache size ``le`` (blocks) from the sampled reuse
+    profile, with the SHARDS-adj correction (see kvobs.reuse.adjusted_hit_ratio)."""
+    sampled = "kvobs_reuse_sampled_references_total"
+    expected = (f"sum by ({by}) (rate(kvobs_reuse_references_total[{window}]) "
+                f"* on ({INSTANCE}) group_left () max by ({INSTANCE}) (kvobs_reuse_sample_rate))")
+    every = f'sum by ({by}) (rate({sampled}{{le="+Inf"}}[{window}]))'
+    hits = f'sum by ({by}, le) (rate({sampled}{{le!="+Inf"}}[{window}]))'
+    return (f"clamp(\n  ({hits} + ignoring (le) group_left () ({expected} - {every}))\n"
+            f"  / ignoring (le) group_left () ({expected} > 0),\n  0, 1)")
+
+
 def _rule(record: str, expr: str) -> dict[str, Any]:
     return {"record": record, "expr": expr}
 
@@ -58,6 +79,11 @@ def instance_rules() -> list[dict[str, Any]]:
         _rule("instance:kvobs_tier_occupancy:ratio",
               f"sum by ({INSTANCE}, tier) (kvobs_tier_resident_blocks)\n"
               f"/ (sum by ({INSTANCE}, tier) (kvobs_tier_capacity_blocks) > 0)"),
+        # Seconds of prefill saved per second by host hits, minus their onload seconds.
+        _rule("instance:kvobs_host_pool_net_benefit_seconds:rate5m",
+              host_pool_net_benefit(INSTANCE, "5m")),
+        # What-if: the hit ratio an LRU cache of `le` blocks would get.
+        _rule("instance:kvobs_reuse_hit_ratio:rate1h", reuse_hit_ratio(INSTANCE, "1h")),
     ]
 
 
@@ -76,6 +102,9 @@ def fleet_rules() -> list[dict[str, Any]]:
               "sum by (model, tier) (kvobs_tier_capacity_bytes)"),
         _rule("model:kvobs_tier_resident_bytes:sum",
               "sum by (model, tier, state) (kvobs_tier_resident_bytes)"),
+        _rule("model:kvobs_host_pool_net_benefit_seconds:rate5m",
+              "sum by (model) (instance:kvobs_host_pool_net_benefit_seconds:rate5m)"),
+        _rule("model:kvobs_reuse_hit_ratio:rate1h", reuse_hit_ratio("model", "1h")),
     ]
 
 
