@@ -30,7 +30,10 @@ Example:
 
 from __future__ import annotations
 
+import os
 import threading
+
+import structlog
 
 from kvobs.errors import ConfigError
 
@@ -39,12 +42,27 @@ _FORGET = 0.999
 _MIN_STEPS = 32
 
 
+ENV_VAR = "KVOBS_PREFILL_SECONDS_PER_TOKEN"
+_log = structlog.get_logger("kvobs")
+
+
 class PrefillCost:
-    """Seconds of prefill compute per prompt token, and where the figure comes from."""
+    """Seconds of prefill compute per prompt token, and where the figure comes from.
+
+    Starts from ``KVOBS_PREFILL_SECONDS_PER_TOKEN`` when it is set (``configured``; an
+    invalid value is logged and ignored, OpenTelemetry-style), else unknown.
+    """
 
     def __init__(self) -> None:
         self.seconds_per_token = 0.0
         self.source = "none"
+        raw = os.environ.get(ENV_VAR, "").strip()
+        if raw:
+            try:
+                self.set(float(raw))
+            except (ValueError, ConfigError) as exc:
+                _log.warning("invalid_environment_variable", variable=ENV_VAR, value=raw,
+                             error=str(exc), action="ignored: pass seconds, e.g. 2.5e-5")
         self._lock = threading.Lock()
         # Normal equations of the fit over x = (1, prefill, decode), with forgetting.
         self._xtx = [[0.0] * 3 for _ in range(3)]

@@ -53,6 +53,7 @@ def summary_fields(
         }
     return {
         "interval_s": round(elapsed, 2),
+        "host_pool": host_pool_verdict(prev, cur, elapsed),
         "tiers": {
             t.tier: {
                 "in_use": t.in_use_blocks,
@@ -71,6 +72,38 @@ def summary_fields(
         "offloaded_evicted_unused": cur.thrash.offloaded_evicted_unused,
         "instrumentation_errors": sum(cur.errors.values()),
     }
+
+
+def host_pool_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot,
+                      elapsed_s: float) -> str:
+    """One sentence: the prefill the host pool's hits saved against their onload time.
+
+    Example:
+        >>> from kvobs.recorder import Recorder
+        >>> rec = Recorder()
+        >>> rec.prefill_cost.set(0.01)
+        >>> before = rec.snapshot()
+        >>> rec.lookup(1000, host_hit=800); rec.link("host", "gpu").transfer(50, 0, 0.5)
+        >>> host_pool_verdict(before, rec.snapshot(), 600.0)
+        'host pool saved 8.0 s of prefill for 0.5 s of onload in the last 10 min (net +7.5 s)'
+    """
+    source = cur.benefit.prefill_cost_source
+    try:
+        onload_now = cur.link("host", "gpu").seconds
+    except KeyError:
+        onload_now = 0.0
+    try:
+        onload_then = prev.link("host", "gpu").seconds
+    except KeyError:
+        onload_then = 0.0
+    onload = onload_now - onload_then
+    window = f"{elapsed_s / 60:.0f} min" if elapsed_s >= 120 else f"{elapsed_s:.0f} s"
+    if source == "none":
+        return (f"host pool: prefill cost unknown (set KVOBS_PREFILL_SECONDS_PER_TOKEN); "
+                f"{onload:.1f} s of onload in the last {window}")
+    saved = cur.benefit.host_saved_s - prev.benefit.host_saved_s
+    return (f"host pool saved {saved:.1f} s of prefill for {onload:.1f} s of onload in the "
+            f"last {window} (net {saved - onload:+.1f} s)")
 
 
 class SummaryLogger:

@@ -1,0 +1,103 @@
+"""Net benefit of the host pool: the prefill cost fit, saved seconds, residency, traces."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import pytest
+
+from kvobs.benefit import PrefillCost
+from kvobs.errors import ConfigError
+from kvobs.pool import ServingLoop, TieredKVPool
+from kvobs.pool.workload import ChatWorkload, WorkloadConfig
+from kvobs.presets import preset_layout
+from kvobs.recorder import Recorder
+from kvobs.telemetry.summary import summary_fields
+from kvobs.testing import capture_telemetry
+from kvobs.trace import TraceWriter, read_trace
+
+
+def test_the_fit_recovers_the_prefill_cost_from_noisy_steps_with_a_constant_decode_batch():
+    rng, cost = random.Random(3), PrefillCost()
+    for _ in range(400):
+        prefill = rng.choice([0, 0, 128, 512, 2048])
+        seconds = 0.004 + 3e-5 * prefill + 2e-4 * 64 + rng.gauss(0, 2e-4)
+        cost.observe_step(seconds, prefill, 64)
+    assert cost.source == "measured"
+    assert cost.seconds_per_token == pytest.approx(3e-5, rel=0.05)
+
+
+def test_too_few_prefill_steps_measure_nothing_and_a_measured_cost_replaces_a_configured_one():
+    cost = PrefillCost()
+    cost.set(1e-5)
+    for step in range(20):
+        cost.observe_step(0.01 + 4e-5 * 100 * (step % 2), 100 * (step % 2), 8)
+    assert (cost.source, cost.seconds_per_token) == ("configured", 1e-5)
+    for step in range(60):
+        cost.observe_step(0.01 + 4e-5 * 100 * (step % 3), 100 * (step % 3), 8)
+    assert cost.source == "measured" and cost.seconds_per_token == pytest.approx(4e-5)
+    with pytest.raises(ConfigError, match="finite number >= 0"):
+        cost.set(float("inf"))
+    with pytest.raises(ConfigError, match="configured or modelled"):
+        cost.set(1e-5, "guessed")
+
+
+def test_saved_seconds_need_a_known_cost_and_count_host_and_disk_hits():
+    rec = Recorder()
+    rec.lookup(1000, host_hit=500)
+    assert rec.snapshot().benefit.host_saved_s == 0.0  # unknown cost: nothing claimed
+    rec.prefill_cost.set(2e-5)
+    rec.lookup(1000, gpu_hit=100, host_hit=300, disk_hit=200)
+    benefit = rec.snapshot().benefit
+    assert benefit.host_saved_s == pytest.approx(300 * 2e-5)
+    assert benefit.disk_saved_s == pytest.approx(200 * 2e-5)
+    with capture_telemetry(rec) as telemetry:
+        assert telemetry.value("kvobs_prefill_cost_info", source="configured") == 1
+        assert telemetry.value("kvobs_prefill_saved_seconds_total", tier="host") == \
+            pytest.approx(6e-3)
+
+
+@pytest.fixture(scope="module")
+def served() -> Recorder:
+    rec = Recorder(engine="demo", residency_rate=1.0)
+    pool = TieredKVPool(preset_layout("qwen2.5-0.5b"), 128, 512, rec, device="cpu")
+    ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=2.0), seed=2)).run(90.0, pace=False)
+    return rec
+
+
+def test_the_demo_pool_saves_its_modelled_prefill_and_pays_measured_onloads(served):
+    snap = served.snapshot()
+    assert snap.benefit.prefill_cost_source == "modelled"
+    assert snap.benefit.host_saved_s == pytest.approx(snap.lookups.host_hit / 40_000)
+    assert snap.link("host", "gpu").seconds > 0
+    fields = summary_fields(Recorder().snapshot(), snap, elapsed_s=90.0)
+    saved, onload = snap.benefit.host_saved_s, snap.link("host", "gpu").seconds
+    assert fields["host_pool"] == (f"host pool saved {saved:.1f} s of prefill for "
+                                   f"{onload:.1f} s of onload in the last 90 s "
+                                   f"(net {saved - onload:+.1f} s)")
+
+
+def test_residency_and_reuse_gaps_are_sampled_on_the_virtual_clock(served):
+    with capture_telemetry(served) as telemetry:
+        series = telemetry.collect()
+    residency = {attrs["tier"]: count for attrs, count in series["kvobs_block_residency_seconds"]}
+    gaps = {attrs["tier"]: count for attrs, count in series["kvobs_block_reuse_gap_seconds"]}
+    host = served.snapshot().tier("host")
+    assert residency["host"] == host.evictions_total  # every evicted host block, rate 1
+    assert residency["gpu"] > 0 and gaps["host"] > 0
+    assert gaps["host"] <= host.reuses
+
+
+def test_a_trace_stops_at_its_size_bound_and_reads_back():
+    out = io.StringIO()
+    writer = TraceWriter(out, max_bytes=200, clock=lambda: 2.0)
+    for request in range(10):
+        writer.write([request, request + 1])
+    lines = out.getvalue().splitlines()
+    assert len(out.getvalue()) <= 200 and writer.skipped_lookups == 10 - len(lines)
+    assert json.loads(lines[0]) == {"blocks": ["0000000000000000", "0000000000000001"],
+                                    "ts": 2.0}
+    records = list(read_trace(io.StringIO(out.getvalue())))
+    assert [r.blocks[0] for r in records] == [f"{i:016x}" for i in range(len(lines))]
