@@ -1,0 +1,85 @@
+"""What the online reuse-distance profile costs the reference pool, measured side by side.
+
+Two identical pools (same layout, sizes, workload seed) run the demo's chat workload on
+the virtual clock, one with the profile (the default) and one without
+(``Recorder(profile_reuse=False)``). Chunks of ticks alternate between them so that
+machine noise hits both alike; the ratio is the median chunk time with the profile over
+the median without. Block copies are real (kvobs.kernels on CPU), as in ``kvobs demo``.
+
+    python benchmarks/reuse_profile_overhead.py            # table
+    python benchmarks/reuse_profile_overhead.py --json     # machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from kvobs.pool import ServingLoop, TieredKVPool
+from kvobs.pool.workload import ChatWorkload, WorkloadConfig
+from kvobs.presets import preset_layout
+from kvobs.recorder import Recorder
+
+
+def _loop(profile: bool, gpu_blocks: int, host_blocks: int, seed: int) -> ServingLoop:
+    rec = Recorder(engine="bench", profile_reuse=profile)
+    pool = TieredKVPool(preset_layout("qwen2.5-0.5b"), gpu_blocks, host_blocks, rec,
+                        device="cpu")
+    return ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=4.0), seed=seed))
+
+
+def measure(chunks: int, ticks: int, gpu_blocks: int, host_blocks: int,
+            warmup_s: float) -> dict[str, float]:
+    """Median seconds per tick with and without the profile, and per-reference figures."""
+    loops = {"profile": _loop(True, gpu_blocks, host_blocks, 0),
+             "no_profile": _loop(False, gpu_blocks, host_blocks, 0)}
+    for loop in loops.values():
+        loop.run(warmup_s, pace=False)  # steady state: full tiers, host hits, offloads
+    times: dict[str, list[float]] = {name: [] for name in loops}
+    for chunk in range(chunks):
+        order = list(loops.items()) if chunk % 2 == 0 else list(reversed(loops.items()))
+        for name, loop in order:
+            start = time.perf_counter()
+            for _ in range(ticks):
+                loop.step()
+            times[name].append((time.perf_counter() - start) / ticks)
+    with_profile = statistics.median(times["profile"])
+    without = statistics.median(times["no_profile"])
+    profile = loops["profile"].pool.recorder.reuse
+    assert profile is not None
+    return {
+        "tick_s_with_profile": with_profile,
+        "tick_s_without": without,
+        "ratio": with_profile / without,
+        "references": profile.total,
+        "sampled_references": profile.sampled,
+        "sample_rate": profile.rate,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=40, help="alternating chunks per pool")
+    parser.add_argument("--ticks", type=int, default=20, help="ticks (0.05 virtual s) per chunk")
+    parser.add_argument("--gpu-blocks", type=int, default=2048)
+    parser.add_argument("--host-blocks", type=int, default=8192)
+    parser.add_argument("--warmup", type=float, default=60.0, help="virtual seconds first")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    result = measure(args.chunks, args.ticks, args.gpu_blocks, args.host_blocks, args.warmup)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"reference pool tick with the reuse profile: {result['tick_s_with_profile'] * 1e3:.3f} ms")
+    print(f"                        without it:         {result['tick_s_without'] * 1e3:.3f} ms")
+    print(f"ratio {result['ratio']:.3f}x (goal <= 1.02x); {result['references']:,} references, "
+          f"{result['sampled_references']:,} sampled at rate {result['sample_rate']:g}")
+
+
+if __name__ == "__main__":
+    main()
