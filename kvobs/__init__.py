@@ -14,7 +14,7 @@ Example:
     >>> import urllib.request, kvobs
     >>> rec = kvobs.Recorder(engine="mine", model="llama-3-8b")
     >>> kv = kvobs.KVCacheCallbacks(rec, {"gpu": (1024, 16, 2 * 2**20)})
-    >>> telemetry = kvobs.start_telemetry(rec, metrics_addr="127.0.0.1:0", logs=None)
+    >>> telemetry = kvobs.start_telemetry(rec, metrics_addr="127.0.0.1:0", logs="json")
     >>> kv.allocate("gpu", 3)
     >>> page = urllib.request.urlopen(telemetry.metrics_url).read().decode()
     >>> 'kvobs_block_allocations_total{engine="mine",model="llama-3-8b",tier="gpu"} 3.0' in page

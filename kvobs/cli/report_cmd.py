@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
+import sys
 from typing import Any
 
 from kvobs.cli.options import add_option, at_most, http_url, output_file, positive_float
@@ -33,6 +34,16 @@ def duration(text: str) -> float:
     if seconds > 366 * 86400:
         raise argparse.ArgumentTypeError(f"{text} is too long: use at most 366d")
     return seconds
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (matplotlib is slow)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def register(subparsers: Any) -> None:
@@ -90,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             f"--rate-interval {args.rate_interval!r} is not a duration like 1m: pass e.g. "
             "--rate-interval 2m"
         )
-    missing = [name for name in ("matplotlib", "numpy") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("matplotlib", "numpy") if not _installed(name)]
     if missing:
         raise ConfigError(
             f"kvobs report needs {' and '.join(missing)}: pip install 'kvobs[report]'"

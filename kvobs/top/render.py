@@ -10,11 +10,12 @@ tier or direction, so a narrow terminal (40 columns and up) still reads.
 
 Example:
     >>> from rich.console import Console
-    >>> from kvobs.top.model import EndpointView
-    >>> console = Console(width=60, record=True, color_system=None)
-    >>> console.print(render_unreachable("http://127.0.0.1:1/metrics", "refused", 3))
-    >>> "unreachable" in console.export_text()
-    True
+    >>> Console(width=48, color_system=None).print(
+    ...     render_unreachable("http://127.0.0.1:1/metrics", "connection refused", 3))
+    ╭─ http://127.0.0.1:1/metrics ─────────────────╮
+    │ unreachable: connection refused              │
+    │ retrying every refresh (3 failed so far)     │
+    ╰──────────────────────────────────────────────╯
 """
 
 from __future__ import annotations
@@ -114,8 +115,11 @@ def _hits(view: EndpointView, width: int) -> RenderableType:
     split = bar([(v, "█", colors[o]) for o, v in shown], max(10, min(width - 4, 60)), total)
     rate = ""
     if view.lookups_per_s is not None and not view.hits_since_start:
-        rate = f"  {_count(sum(view.lookup_tokens.values()))} tok/s"
-    return Group(Text(label + ":", style="bold") + legend + Text(rate, style="dim"), split)
+        rate = f"  {_count(total)} tok/s, {_count(view.lookups_per_s)} lookups/s"
+    head = Text(label + ":", style="bold")
+    if width < WIDE:  # the legend on its own line, so that it never wraps mid-item
+        return Group(head + Text(rate, style="dim"), legend, split)
+    return Group(head + legend + Text(rate, style="dim"), split)
 
 
 def _transfer_name(t: TransferView) -> Text:

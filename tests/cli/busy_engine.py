@@ -1,8 +1,9 @@
 """A small engine for the terminal tests: the generic callbacks, a real exporter.
 
-``python tests/cli/busy_engine.py PORT_FILE`` serves ``/metrics`` on a free port, writes
-the URL to PORT_FILE and keeps a GPU and a host tier busy (allocations, offloads, onloads,
-host hits, drops, a thrash onload now and then) until killed.
+``python tests/cli/busy_engine.py URL_FILE [HOST:PORT]`` serves ``/metrics`` (on a free
+port unless HOST:PORT is given), writes the URL to URL_FILE and keeps a GPU and a host
+tier busy (allocations, offloads, onloads, host hits, drops, a thrash onload now and
+then) until killed.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import kvobs
 BLOCK = (16, 16 * 12288)  # tokens per block, bytes per block (Qwen2.5-0.5B layout)
 
 
-def main(url_file: str) -> None:
+def main(url_file: str, addr: str = "127.0.0.1:0") -> None:
     rec = kvobs.Recorder(engine="busy", model="qwen2.5-0.5b")
     kv = kvobs.KVCacheCallbacks(rec, {"gpu": (512, *BLOCK), "host": (2048, *BLOCK)})
-    telemetry = kvobs.start_telemetry(rec, metrics_addr="127.0.0.1:0", summary_interval_s=0)
+    telemetry = kvobs.start_telemetry(rec, metrics_addr=addr, summary_interval_s=0,
+                                       logs="json")
     Path(url_file).write_text(str(telemetry.metrics_url))
     step = 0
     kv.allocate("gpu", 300)
@@ -41,4 +43,4 @@ def main(url_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
