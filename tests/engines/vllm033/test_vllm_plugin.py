@@ -13,8 +13,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 import structlog
@@ -277,3 +279,39 @@ def test_worker_adapter_refuses_other_objects():
 
     with pytest.raises(AdapterError, match="OffloadingWorker"):
         instrument_offloading_worker([], Recorder())
+
+
+def test_plugin_telemetry_pushes_otlp_and_logs_summaries(monkeypatch, tmp_path):
+    """``Telemetry.start`` in the plugin: ``OTEL_EXPORTER_OTLP_ENDPOINT`` is honoured and
+    the periodic ``kv_cache_summary`` event is logged, with the rank on both."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "telemetry"))
+    from otlp_receiver import OtlpReceiver
+
+    monkeypatch.setenv("KVOBS_ENABLE", "1")
+    monkeypatch.setenv("KVOBS_METRICS_ADDR", "")
+    monkeypatch.setenv("KVOBS_SUMMARY_INTERVAL_S", "0.1")
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    with OtlpReceiver() as receiver, structlog.testing.capture_logs() as logs:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        try:
+            vllm.plugins.load_general_plugins()
+            scheduler = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
+            driver = EngineDriver(scheduler)
+            driver.add("r", list(range(40)), max_tokens=2)
+            driver.run()
+            telemetry = plugin.state().telemetry
+            assert telemetry.metrics_url is None  # KVOBS_METRICS_ADDR="" serves nothing
+            telemetry.bridge.force_flush()
+            assert receiver.received.wait(10)
+            points = receiver.latest_points()
+            for _ in range(50):
+                if any(e["event"] == "kv_cache_summary" for e in logs):
+                    break
+                time.sleep(0.05)
+        finally:
+            plugin.disable()
+    capacity = {a["tier"]: p.as_int for a, p in points["kvobs_tier_capacity_blocks"]}
+    assert capacity == {"gpu": 63, "host": driver.offloading_manager._num_chunks}
+    assert {a["dp_rank"] for a, _ in points["kvobs_tier_capacity_blocks"]} == {"0"}
+    assert any(e["event"] == "kv_cache_summary" for e in logs)
+    assert any(e["event"] == "otlp_pushing" for e in logs)
