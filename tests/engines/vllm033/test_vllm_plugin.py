@@ -315,3 +315,36 @@ def test_plugin_telemetry_pushes_otlp_and_logs_summaries(monkeypatch, tmp_path):
     assert {a["dp_rank"] for a, _ in points["kvobs_tier_capacity_blocks"]} == {"0"}
     assert any(e["event"] == "kv_cache_summary" for e in logs)
     assert any(e["event"] == "otlp_pushing" for e in logs)
+
+
+def test_single_process_executor_shares_one_endpoint_and_counted_links(loaded, tmp_path):
+    """vLLM's ``uni`` executor: the worker registers its KV caches in the engine-core
+    process before the scheduler exists. One recorder, one endpoint; the worker's timings
+    land on the links the scheduler counts."""
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm_engine import build_vllm_config, layer_specs, plan_kv_cache
+
+    config = build_vllm_config(tmp_path, cpu_bytes=1 << 20, max_model_len=63 * 16)
+    config.parallel_config.distributed_executor_backend = "uni"
+    kv_config = plan_kv_cache(config, layer_specs(), 64)
+    config.cache_config.num_gpu_blocks = 64
+    connector = worker_connector(config=config, kv_config=kv_config)
+    state = plugin.state()
+    url = state.telemetry.metrics_url
+    scheduler = Scheduler(config, kv_config, StructuredOutputManager(config), block_size=16,
+                          log_stats=True)
+    assert state.telemetry.metrics_url == url and state.schedulers == 1
+    driver = WorkerLoop(scheduler, connector)
+    for conv in range(3):
+        driver.add(f"c{conv}", [conv * 1000 + i for i in range(100)], max_tokens=3)
+    driver.run()
+    samples = scrape(url)
+    worker = connector.connector_worker.worker
+    timed = value(samples, "kvobs_transfer_duration_seconds_count", src_tier="gpu",
+                  dst_tier="host")
+    assert timed == worker.submitted > 0
+    operations = value(samples, "kvobs_transfer_operations_total", src_tier="gpu",
+                       dst_tier="host")
+    assert operations == timed  # counted by the scheduler side, timed by the worker
+    assert {dict(labels).get("tp_rank") for name, labels in samples
+            if name.startswith("kvobs_")} == {"0"}

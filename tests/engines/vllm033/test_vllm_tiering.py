@@ -89,10 +89,13 @@ class CpuCopyWorker(OffloadingWorker):
         return None
 
 
-def worker_connector(scheduler: Scheduler, timed: bool = True) -> OffloadingConnector:
-    """vLLM's worker-side ``OffloadingConnector`` for ``scheduler``'s config, its KV
-    caches registered (CPU tensors shaped as the model runner's), over a CpuCopyWorker."""
-    config, kv_config = scheduler.vllm_config, scheduler.kv_cache_config
+def worker_connector(scheduler: Scheduler | None = None, timed: bool = True, *,
+                     config: Any = None, kv_config: Any = None) -> OffloadingConnector:
+    """vLLM's worker-side ``OffloadingConnector`` for ``scheduler``'s config (or
+    ``config`` / ``kv_config``), its KV caches registered (CPU tensors shaped as the model
+    runner's), over a CpuCopyWorker."""
+    if scheduler is not None:
+        config, kv_config = scheduler.vllm_config, scheduler.kv_cache_config
     with set_current_vllm_config(config):
         connector = OffloadingConnector(config, KVConnectorRole.WORKER, kv_config)
     side = connector.connector_worker
