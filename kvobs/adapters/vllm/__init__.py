@@ -1,7 +1,11 @@
 """vLLM 0.33 adapters: the GPU tier, prefix lookups, the CPU offloading tier, transfers.
 
-Each function wraps one engine object; :func:`instrument_scheduler` wraps all of them
-that a vLLM ``Scheduler`` holds (what the ``vllm.general_plugins`` entry point uses).
+Each function wraps one engine object through an :class:`~kvobs.adapters._hooks.AdapterSpec`
+table; :func:`instrument_scheduler` wraps all of them that a vLLM ``Scheduler`` holds
+(the ``BlockPool``, the ``KVCacheManager``'s lookups and, with the offloading connector,
+its ``CPUOffloadingManager`` and the transfers its scheduler side completes): what the
+``vllm.general_plugins`` entry point uses. The worker side's transfer durations are
+:func:`instrument_offloading_worker`.
 
 Example:
     >>> from kvobs.recorder import Recorder
@@ -13,6 +17,10 @@ Example:
 
 from kvobs.adapters.vllm.block_pool import BlockPoolInstrumentation, instrument_block_pool
 from kvobs.adapters.vllm.capacity import gpu_tier_capacity, host_tier_capacity
+from kvobs.adapters.vllm.connector import (
+    ConnectorInstrumentation,
+    instrument_connector_scheduler,
+)
 from kvobs.adapters.vllm.lookups import HostHits, LookupInstrumentation, instrument_lookups
 from kvobs.adapters.vllm.manager import (
     VllmInstrumentation,
@@ -27,6 +35,7 @@ from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_of
 
 __all__ = [
     "BlockPoolInstrumentation",
+    "ConnectorInstrumentation",
     "HostHits",
     "LookupInstrumentation",
     "OffloadingInstrumentation",
@@ -35,6 +44,7 @@ __all__ = [
     "gpu_tier_capacity",
     "host_tier_capacity",
     "instrument_block_pool",
+    "instrument_connector_scheduler",
     "instrument_kv_cache_manager",
     "instrument_lookups",
     "instrument_offloading_manager",

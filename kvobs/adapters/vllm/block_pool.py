@@ -1,22 +1,26 @@
 """vLLM 0.33 ``BlockPool`` -> the GPU tier.
 
-The hot path carries one thin wrapper: ``get_new_blocks`` adds ``num_blocks`` to the
-allocation counter. ``free_blocks`` is not wrapped at all. Everything else is derived
-at collection time from the pool's own state plus a few counters kept on warm paths
-(``touch`` per prefix hit, ``cache_full_blocks`` per scheduled step, explicit evictions
+The hot path carries one generated wrapper: ``get_new_blocks`` adds ``num_blocks`` to the
+allocations (``count=`` fast path). ``free_blocks`` is not wrapped at all. Everything
+else is derived at collection time from the pool's own state plus a few tallies kept on
+warm paths (``touch`` per prefix hit, ``cache_*`` per scheduled step, explicit evictions
 and resets), using two identities that hold for every sequence of pool calls:
 
-* occupancy: ``in_use = num_gpu_blocks - 1 - get_num_free_blocks()`` (the null block is
-  never free), ``cached`` = free blocks that still hold a prefix hash (a walk over
-  ``blocks`` at collection, ~50 ns per block);
-* a block gains a hash only in ``cache_full_blocks``/``cache_partial_block``/
+* occupancy, from one walk over ``blocks`` (~45 ns per block): in use = blocks with a
+  reference, cached = unreferenced blocks that still hold a prefix hash. Each block is
+  read once, so a scrape landing inside ``free_blocks`` (reference counts dropped before
+  the free queue is updated) still reads ``in_use + cached <= capacity``;
+* a block gains a hash only in ``cache_full_blocks`` / ``cache_partial_block`` /
   ``move_block_hashes`` and loses it only by eviction, so capacity evictions (cached
   blocks repurposed by ``get_new_blocks``) = hashes gained - hashed now - hashes dropped
-  by ``evict_blocks``/``reset_prefix_cache``; frees = allocations + reuses - in use, and
+  by ``evict_blocks`` / ``reset_prefix_cache``; frees = allocations + reuses - in use, and
   frees that kept their data = cached now + every way a cached block left the cache.
 
 Derived counters never go backwards: the walk is repeated while the engine moves under
-it (up to three times), and a reading taken mid-update is held until the truth passes it.
+it (up to three times), every tally is updated after the engine call it follows (a
+reading taken in between is low, never high), and :meth:`BlockPoolInstrumentation.settle`
+only ever adds the difference between the highest reading and what it already counted,
+through the ordinary :class:`~kvobs.events.TierEvents` calls.
 
 Example:
     >>> from vllm.v1.core.block_pool import BlockPool        # doctest: +SKIP
@@ -29,81 +33,187 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kvobs.adapters._hooks import Hook, Instrumentation, begin
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.recorder import Recorder, TierRecorder
 from kvobs.tiers import GPU
 
 COMPONENT = "vllm.block_pool"
 
-HOOKS = (
-    Hook("get_new_blocks", ("num_blocks",)),
-    Hook("free_blocks", ("ordered_blocks",)),
-    Hook("touch", ("blocks",)),
-    Hook("cache_full_blocks", ("request", "blocks", "num_cached_blocks", "num_full_blocks")),
-    Hook("cache_partial_block", ("request", "block")),
-    Hook("move_block_hashes", ("src_block", "dst_block")),
-    Hook("evict_blocks", ("block_ids",)),
-    Hook("reset_prefix_cache", ()),
-    Hook("get_num_free_blocks", ()),
-)
-#: State the collection-time walk reads; checked with the hooks.
-STATE = ("num_gpu_blocks", "hash_block_size", "blocks", "free_block_queue.num_free_blocks",
-         "null_block._block_hash", "null_block.ref_cnt", "null_block.is_null")
-
 
 class BlockPoolInstrumentation(Instrumentation):
-    """Wrappers on one ``BlockPool`` plus the counters the collection-time walk settles."""
+    """Wrappers on one ``BlockPool`` plus the tallies the collection-time walk settles.
+
+    ``hashes_gained`` / ``hashes_dropped`` count blocks that got / lost a prefix hash in
+    the wrapped calls; ``reset_pending`` holds the hashes a reset in progress is about to
+    drop (so a scrape inside it reads low, never high).
+    """
 
     def __init__(self, pool: Any, rec: Recorder, tier: TierRecorder, active: bool) -> None:
-        super().__init__(pool, COMPONENT, active)
-        self.rec = rec
-        self.tier = tier
-        self.hashes_gained = 0   # net blocks that got a prefix hash in cache_* calls
-        self.hashes_dropped = 0  # blocks that lost it in evict_blocks / reset_prefix_cache
-        self.frees = 0           # highest derived readings (see settle)
-        self.frees_to_cache = 0
+        super().__init__(pool, COMPONENT, active, rec, tier)
+        self.hashes_gained = 0
+        self.hashes_dropped = 0
+        self.reset_pending = 0
+        self._settle_lock = threading.Lock()
 
     def settle(self) -> tuple[int, int]:
-        """Derive frees and evictions from the pool's state; return ``(in_use, cached)``."""
+        """Derive frees and evictions from the pool's state; return ``(in_use, cached)``.
+
+        Called by the tier's snapshot (the resident source), from any thread.
+        """
+        with self._settle_lock:  # two sinks collecting at once must not both add
+            return self._settle()
+
+    def _settle(self) -> tuple[int, int]:
         pool, tier = self.target, self.tier
+        queue = pool.free_block_queue
         for _ in range(3):
-            before = (tier.allocations, tier.reuses, self.hashes_gained,
-                      pool.free_block_queue.num_free_blocks)
-            hashed, cached = _walk(pool.blocks)
-            in_use = pool.num_gpu_blocks - 1 - pool.free_block_queue.num_free_blocks
+            before = (tier.allocations, tier.reuses, self.hashes_gained, self.hashes_dropped,
+                      queue.num_free_blocks)
+            hashed, in_use, cached = walk(pool.blocks)
             if before == (tier.allocations, tier.reuses, self.hashes_gained,
-                          pool.free_block_queue.num_free_blocks):
+                          self.hashes_dropped, queue.num_free_blocks):
                 break
-        # Every wrapper updates its counter after the engine call it follows (and
-        # hashes_dropped before the drop), so a reading taken between the two is low,
-        # never high: holding the highest reading is exact once the engine pauses.
-        capacity = self.hashes_gained - hashed - self.hashes_dropped
-        tier.evictions_capacity = max(tier.evictions_capacity, capacity)
-        to_cache = (cached + tier.reuses + tier.evictions_capacity
-                    + tier.evictions["explicit"] + tier.evictions["reset"])
-        self.frees_to_cache = max(self.frees_to_cache, to_cache)
-        self.frees = max(self.frees, tier.allocations + tier.reuses - in_use)
-        tier.frees_to_cache = self.frees_to_cache
-        tier.frees_to_free = max(self.frees - self.frees_to_cache, 0)  # the sum is exact
+        if pool.null_block.ref_cnt:  # vLLM does not maintain it; never count it in use
+            in_use -= 1
+        capacity = self.hashes_gained - hashed - self.hashes_dropped - self.reset_pending
+        if capacity > tier.evictions_capacity:
+            tier.evict(capacity - tier.evictions_capacity, "capacity")
+        evictions = tier.evictions
+        to_cache = (cached + tier.reuses + tier.evictions_capacity + evictions["explicit"]
+                    + evictions["reset"])
+        if to_cache > tier.frees_to_cache:
+            tier.free(to_cache - tier.frees_to_cache, cached=True)
+        to_free = tier.allocations + tier.reuses - in_use - tier.frees_to_cache
+        if to_free > tier.frees_to_free:
+            tier.free(to_free - tier.frees_to_free, cached=False)
         return in_use, cached
 
 
-def _walk(blocks: Sequence[Any]) -> tuple[int, int]:
-    """Blocks holding a prefix hash, and those of them that are free (reusable cache)."""
-    hashed = cached = 0
+def walk(blocks: Sequence[Any]) -> tuple[int, int, int]:
+    """``(hashed, in_use, cached)`` over ``blocks``: blocks holding a prefix hash, blocks
+    with a reference, and unreferenced blocks holding a hash (reusable cache).
+
+    Each block is read once (hash, then reference count), so the three agree with one
+    another even while the engine changes the pool.
+    """
+    used_hashed = cached = used = 0
     for block in blocks:
         if block._block_hash is not None:
-            hashed += 1
-            if not block.ref_cnt:
+            if block.ref_cnt:
+                used_hashed += 1
+            else:
                 cached += 1
-    return hashed, cached
+        elif block.ref_cnt:
+            used += 1
+    return used_hashed + cached, used + used_hashed, cached
 
 
 def _hashed(blocks: Iterable[Any]) -> int:
     return sum(1 for block in blocks if block._block_hash is not None)
+
+
+# -- readers (see kvobs.adapters._hooks: before(inst, *args), after(inst, state, result, *args))
+
+def _touch_before(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> list[Any]:
+    return [b for b in blocks if not b.ref_cnt and not b.is_null]
+
+
+def _touch_after(inst: BlockPoolInstrumentation, idle: list[Any], result: Any,
+                 blocks: Sequence[Any]) -> None:
+    hits = _hashed(idle)
+    inst.tier.reuse(hits)                # cached -> in use
+    inst.tier.allocate(len(idle) - hits)  # a free block without data: a plain allocation
+
+
+def _window(blocks: Sequence[Any], num_cached_blocks: int, num_full_blocks: int) -> Any:
+    return blocks[num_cached_blocks:num_full_blocks]
+
+
+def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Sequence[Any],
+                       num_cached_blocks: int, num_full_blocks: int,
+                       *args: Any, **kwargs: Any) -> tuple[Any, int]:
+    window = _window(blocks, num_cached_blocks, num_full_blocks)
+    return window, _hashed(window)
+
+
+def _cache_full_after(inst: BlockPoolInstrumentation, state: tuple[Any, int], result: Any,
+                      *args: Any, **kwargs: Any) -> None:
+    window, before = state
+    inst.hashes_gained += _hashed(window) - before
+
+
+def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,
+                    *args: Any, **kwargs: Any) -> bool:
+    return block._block_hash is not None
+
+
+def _partial_after(inst: BlockPoolInstrumentation, had: bool, result: Any, request: Any,
+                   block: Any, *args: Any, **kwargs: Any) -> None:
+    inst.hashes_gained += (block._block_hash is not None) - had
+
+
+def _move_before(inst: BlockPoolInstrumentation, src_block: Any, dst_block: Any) -> int:
+    return _hashed((src_block, dst_block))
+
+
+def _move_after(inst: BlockPoolInstrumentation, before: int, result: Any, src_block: Any,
+                dst_block: Any) -> None:
+    inst.hashes_gained += _hashed((src_block, dst_block)) - before
+
+
+def _evict_before(inst: BlockPoolInstrumentation, block_ids: Iterable[int]) -> list[Any]:
+    blocks = inst.target.blocks
+    hashed = [blocks[i] for i in set(block_ids)
+              if 0 <= i < len(blocks) and blocks[i]._block_hash is not None]
+    inst.hashes_dropped += len(hashed)  # before the drop: readings stay low
+    return hashed
+
+
+def _evict_after(inst: BlockPoolInstrumentation, hashed: list[Any], result: Any,
+                 block_ids: Iterable[int]) -> None:
+    inst.hashes_dropped -= sum(1 for b in hashed if b._block_hash is not None)  # kept theirs
+    freed = sum(1 for b in hashed if b._block_hash is None and not b.ref_cnt)
+    inst.tier.evict(freed, "explicit")  # cached -> free; in-use blocks only lose the hash
+
+
+def _reset_before(inst: BlockPoolInstrumentation) -> int:
+    pool = inst.target
+    if pool.num_gpu_blocks - pool.get_num_free_blocks() != 1:
+        return 0  # vLLM refuses to reset while blocks are in use: nothing to read
+    hashed, _, cached = walk(pool.blocks)
+    inst.reset_pending = hashed  # a scrape during the reset reads low, never high
+    return cached
+
+
+def _reset_after(inst: BlockPoolInstrumentation, cached: int, done: bool) -> None:
+    if done:  # counted only once vLLM said it reset: no counter is ever taken back
+        inst.hashes_dropped += inst.reset_pending
+        inst.tier.evict(cached, "reset")
+    inst.reset_pending = 0
+
+
+SPEC = AdapterSpec(COMPONENT, ("BlockPool",), (
+    Hook("get_new_blocks", ("num_blocks",), "allocate", count="num_blocks"),
+    Hook("touch", ("blocks",), "reuse, allocate", before=_touch_before, after=_touch_after,
+         reiterable=("blocks",)),
+    Hook("cache_full_blocks", ("request", "blocks", "num_cached_blocks", "num_full_blocks"),
+         "track", before=_cache_full_before, after=_cache_full_after),
+    Hook("cache_partial_block", ("request", "block"), "track", before=_partial_before,
+         after=_partial_after),
+    Hook("move_block_hashes", ("src_block", "dst_block"), "track", before=_move_before,
+         after=_move_after),
+    Hook("evict_blocks", ("block_ids",), "evict", before=_evict_before, after=_evict_after,
+         reiterable=("block_ids",)),
+    Hook("reset_prefix_cache", (), "evict", before=_reset_before, after=_reset_after),
+), state=("num_gpu_blocks", "hash_block_size", "blocks", "free_block_queue.num_free_blocks",
+          "null_block._block_hash", "null_block.ref_cnt", "null_block.is_null",
+          "free_blocks", "get_num_free_blocks"))
+"""The pool's hooks. ``free_blocks`` is checked (in ``state``), never wrapped: frees are
+derived at collection (see the module docstring)."""
 
 
 def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
@@ -121,7 +231,8 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
 
     Returns:
         The instrumentation; ``.unwrap()`` restores the pool. It is inactive (nothing
-        wrapped, one warning logged) on a vLLM whose ``BlockPool`` kvobs does not know.
+        wrapped, one warning naming the missing attribute) on a vLLM whose ``BlockPool``
+        kvobs does not know.
 
     Raises:
         AdapterError: ``pool`` is not a BlockPool or is already instrumented.
@@ -132,10 +243,9 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
         return BlockPoolInstrumentation(pool, rec, add(tier, pool_capacity(pool), tokens,
                                                        block_bytes), active)
 
-    inst = begin(pool, ("BlockPool",), HOOKS, COMPONENT, make, STATE)
-    gpu = inst.tier
+    inst = instrument(pool, SPEC, make)
     if inst.active:
-        _install(inst, pool, rec, gpu)
+        gpu = inst.tier
         gpu.set_resident_source(inst.settle)
         inst.on_unwrap(lambda: gpu.set_resident_source(None))
     return inst
@@ -144,116 +254,3 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
 def pool_capacity(pool: Any) -> int:
     """Usable blocks: every block but the null placeholder (what ``get_usage`` divides by)."""
     return max(int(getattr(pool, "num_gpu_blocks", 1)) - 1, 0)
-
-
-def _install(inst: BlockPoolInstrumentation, pool: Any, rec: Recorder, gpu: TierRecorder) -> None:
-    error = rec.error
-    get_new_blocks: Callable[[int], Any] = pool.get_new_blocks
-    touch = pool.touch
-    cache_full_blocks = pool.cache_full_blocks
-    cache_partial_block = pool.cache_partial_block
-    move_block_hashes = pool.move_block_hashes
-    evict_blocks = pool.evict_blocks
-    reset_prefix_cache = pool.reset_prefix_cache
-
-    def get_new_blocks_hook(num_blocks: int) -> Any:
-        blocks = get_new_blocks(num_blocks)
-        try:
-            gpu.allocations += num_blocks
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return blocks
-
-    def touch_hook(blocks: Sequence[Any]) -> None:
-        if not isinstance(blocks, (list, tuple)):
-            blocks = list(blocks)  # read it twice without consuming the engine's iterator
-        try:
-            idle = [b for b in blocks if not b.ref_cnt and not b.is_null]
-        except Exception as exc:
-            error(COMPONENT, exc)
-            idle = []
-        touch(blocks)
-        try:
-            hits = _hashed(idle)
-            gpu.reuses += hits              # cached -> in use
-            gpu.allocations += len(idle) - hits  # a free block without data: plain allocation
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    def cache_full_blocks_hook(request: Any, blocks: Sequence[Any], num_cached_blocks: int,
-                               num_full_blocks: int, *args: Any, **kwargs: Any) -> None:
-        try:
-            window = blocks[num_cached_blocks:num_full_blocks]
-            before = _hashed(window)
-        except Exception as exc:
-            error(COMPONENT, exc)
-            window, before = [], 0
-        cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
-        try:
-            inst.hashes_gained += _hashed(window) - before
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    def cache_partial_block_hook(request: Any, block: Any, *args: Any, **kwargs: Any) -> Any:
-        had = getattr(block, "_block_hash", None) is not None
-        result = cache_partial_block(request, block, *args, **kwargs)
-        try:
-            inst.hashes_gained += (block._block_hash is not None) - had
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return result
-
-    def move_block_hashes_hook(src_block: Any, dst_block: Any) -> None:
-        pair = (src_block, dst_block)
-        try:
-            before = _hashed(pair)
-        except Exception as exc:
-            error(COMPONENT, exc)
-            before = 0
-        move_block_hashes(src_block, dst_block)
-        try:
-            inst.hashes_gained += _hashed(pair) - before
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    def evict_blocks_hook(block_ids: Any) -> None:
-        try:
-            ids = set(block_ids)
-            targets = [pool.blocks[i] for i in ids if 0 <= i < len(pool.blocks)]
-            hashed = [b for b in targets if b._block_hash is not None]
-            inst.hashes_dropped += len(hashed)   # before the drop: readings stay low
-        except Exception as exc:
-            error(COMPONENT, exc)
-            ids, hashed = block_ids, []
-        evict_blocks(ids)
-        try:
-            inst.hashes_dropped -= sum(1 for b in hashed if b._block_hash is not None)
-            freed = sum(1 for b in hashed if not b.ref_cnt)
-            if freed:
-                gpu.evictions["explicit"] += freed   # cached -> free; in-use blocks stay in use
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    def reset_prefix_cache_hook() -> bool:
-        hashed = cached = 0
-        try:
-            # vLLM resets only when every block is free; count the drop before it happens.
-            if pool.num_gpu_blocks - pool.get_num_free_blocks() == 1:
-                hashed, cached = _walk(pool.blocks)
-                inst.hashes_dropped += hashed
-                gpu.evictions["reset"] += cached
-        except Exception as exc:
-            error(COMPONENT, exc)
-        done: bool = reset_prefix_cache()
-        if not done and (hashed or cached):  # predicted wrongly: take the counts back
-            inst.hashes_dropped -= hashed
-            gpu.evictions["reset"] -= cached
-        return done
-
-    inst.install("get_new_blocks", get_new_blocks_hook)
-    inst.install("touch", touch_hook)
-    inst.install("cache_full_blocks", cache_full_blocks_hook)
-    inst.install("cache_partial_block", cache_partial_block_hook)
-    inst.install("move_block_hashes", move_block_hashes_hook)
-    inst.install("evict_blocks", evict_blocks_hook)
-    inst.install("reset_prefix_cache", reset_prefix_cache_hook)

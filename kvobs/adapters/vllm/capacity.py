@@ -1,8 +1,12 @@
 """Tier capacities read from vLLM's own config objects, for the startup capacity log.
 
 * GPU: ``KVCacheConfig.num_blocks`` minus the null block, ``block_size`` of the first
-  KV cache group, and bytes per block = all KV cache tensors' bytes / ``num_blocks``
-  (exact for every layout: MHA, GQA, MLA, hybrid groups sharing the pool).
+  KV cache group, and bytes per block = the backing allocation's bytes / ``num_blocks``.
+  In vLLM 0.33 every ``KVCacheTensor`` describes a placement inside one shared backing
+  allocation and its ``size`` is that allocation's total (vLLM's own offloading config
+  reads it the same way): a hybrid model (full + sliding-window groups) lists one tensor
+  per group with the same size, so summing them would double the bytes. Exact for MHA,
+  GQA, MLA and hybrid groups sharing the pool.
 * Host: the CPU offloading manager's published config (chunks and tier bytes); a chunk
   holds ``blocks_per_chunk`` GPU blocks.
 
@@ -31,8 +35,17 @@ def gpu_tier_capacity(kv_cache_config: Any, tier: str = GPU) -> TierCapacity:
             "describe no KV cache: pass the KVCacheConfig the engine was initialised with"
         )
     block_tokens = int(groups[0].kv_cache_spec.block_size)
-    total_bytes = sum(int(t.size) for t in getattr(kv_cache_config, "kv_cache_tensors", ()))
-    return TierCapacity(tier, num_blocks - 1, block_tokens, total_bytes // num_blocks)
+    backing = max((int(t.size) for t in getattr(kv_cache_config, "kv_cache_tensors", ())),
+                  default=0)  # one shared allocation: never a sum over groups
+    return TierCapacity(tier, num_blocks - 1, block_tokens, backing // num_blocks)
+
+
+def readable_kv_cache_config(kv_cache_config: Any) -> bool:
+    """Whether :func:`gpu_tier_capacity` can read ``kv_cache_config``."""
+    groups: Any = getattr(kv_cache_config, "kv_cache_groups", None)
+    return (isinstance(getattr(kv_cache_config, "num_blocks", None), int)
+            and kv_cache_config.num_blocks > 0 and bool(groups)
+            and hasattr(getattr(groups[0], "kv_cache_spec", None), "block_size"))
 
 
 def host_tier_capacity(offloading_manager: Any, tokens_per_chunk: int,

@@ -2,8 +2,10 @@
 
 vLLM's scheduler calls ``record_prefix_cache_stats(request, num_hits)`` once per request
 it admits (after allocating its blocks), which is exactly the lookup its own prefix-cache
-hit rate counts; lookups of requests that were not admitted are not counted. kvobs
-counts the same call, whether or not vLLM's ``log_stats`` is on.
+hit rate counts; lookups of requests that were not admitted are not counted, and
+re-admissions of preempted requests go to vLLM's ``preempted_*`` figures, not to
+``queries`` / ``hits``. kvobs counts the same calls the same way, whether or not
+vLLM's ``log_stats`` is on.
 
 Host hits are the chunks the offloading manager pinned for loading for that request in
 the same scheduling step (``prepare_load`` runs inside ``update_state_after_alloc``, just
@@ -21,13 +23,10 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kvobs.adapters._hooks import Hook, Instrumentation, begin
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.recorder import Recorder
 
 COMPONENT = "vllm.kv_cache_manager"
-HOOKS = (Hook("record_prefix_cache_stats", ("request", "num_hits")),
-         Hook("prefix_cache_lookup_enabled", ("request",)))
-STATE = ("block_pool",)
 
 
 class HostHits:
@@ -57,14 +56,41 @@ class HostHits:
 
 
 class LookupInstrumentation(Instrumentation):
-    """Wrapper on ``KVCacheManager.record_prefix_cache_stats``."""
+    """Wrapper on ``KVCacheManager.record_prefix_cache_stats``.
+
+    ``preempted_lookups`` counts re-lookups of preempted requests, which vLLM's hit rate
+    (and so kvobs's lookup series) leaves out.
+    """
 
     host_hits: HostHits | None = None
+    preempted_lookups: int = 0
+
+
+def _recorded(inst: LookupInstrumentation, state: None, result: None, request: Any,
+              num_hits: int) -> None:
+    if not inst.target.prefix_cache_lookup_enabled(request):
+        return
+    pending = inst.host_hits
+    host = pending.take(request.request_id) if pending is not None else 0
+    if request.num_preemptions > 0:  # vLLM's PrefixCacheStats counts these apart
+        inst.preempted_lookups += 1
+        return
+    tokens = request.num_tokens
+    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=min(host, tokens - num_hits))
+
+
+SPEC = AdapterSpec(COMPONENT, ("KVCacheManager",), (
+    Hook("record_prefix_cache_stats", ("request", "num_hits"), "lookup", after=_recorded),
+), state=("block_pool", "prefix_cache_lookup_enabled"))
 
 
 def instrument_lookups(manager: Any, rec: Recorder,
                        host_hits: HostHits | None = None) -> LookupInstrumentation:
     """Count every admitted request's prefix lookup of ``manager`` into ``rec``.
+
+    Counted as vLLM's ``PrefixCacheStats`` counts them (``queries`` / ``hits``): requests
+    admitted with a prefix-cache lookup, first admissions only (re-admissions after a
+    preemption are tallied in ``preempted_lookups``), whether or not ``log_stats`` is on.
 
     Args:
         manager: the scheduler's ``KVCacheManager``.
@@ -74,25 +100,9 @@ def instrument_lookups(manager: Any, rec: Recorder,
     Raises:
         AdapterError: ``manager`` is not a KVCacheManager or is already instrumented.
     """
-    inst = begin(manager, ("KVCacheManager",), HOOKS, COMPONENT,
-                 lambda active: LookupInstrumentation(manager, COMPONENT, active), STATE)
-    if not inst.active:
+    def make(active: bool) -> LookupInstrumentation:
+        inst = LookupInstrumentation(manager, COMPONENT, active, rec)
+        inst.host_hits = host_hits
         return inst
-    inst.host_hits = host_hits
-    record = manager.record_prefix_cache_stats
-    enabled = manager.prefix_cache_lookup_enabled
-    error = rec.error
 
-    def record_prefix_cache_stats(request: Any, num_hits: int) -> None:
-        record(request, num_hits)
-        try:
-            if enabled(request):
-                tokens = request.num_tokens
-                pending = inst.host_hits
-                host = pending.take(request.request_id) if pending is not None else 0
-                rec.lookup(tokens, gpu_hit=num_hits, host_hit=min(host, tokens - num_hits))
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    inst.install("record_prefix_cache_stats", record_prefix_cache_stats)
-    return inst
+    return instrument(manager, SPEC, make)

@@ -1,20 +1,27 @@
-"""Instrument a whole vLLM scheduler side at once: GPU tier, lookups, host tier.
+"""Instrument a whole vLLM scheduler side at once: GPU tier, lookups, host tier, transfers.
 
 Example:
     >>> inst = instrument_scheduler(engine_core.scheduler, rec)   # doctest: +SKIP
     >>> [part.component for part in inst.parts]                   # doctest: +SKIP
-    ['vllm.block_pool', 'vllm.kv_cache_manager', 'vllm.cpu_offloading_manager']
+    ['vllm.block_pool', 'vllm.kv_cache_manager', 'vllm.cpu_offloading_manager',
+     'vllm.offloading_connector']
     >>> inst.unwrap()                                             # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvobs.adapters._hooks import AdapterError, Instrumentation
 from kvobs.adapters.vllm.block_pool import instrument_block_pool
-from kvobs.adapters.vllm.capacity import gpu_tier_capacity, host_tier_capacity
+from kvobs.adapters.vllm.capacity import (
+    gpu_tier_capacity,
+    host_tier_capacity,
+    readable_kv_cache_config,
+)
+from kvobs.adapters.vllm.connector import instrument_connector_scheduler
 from kvobs.adapters.vllm.lookups import HostHits, instrument_lookups
 from kvobs.adapters.vllm.offloading import instrument_offloading_manager
 from kvobs.recorder import Recorder
@@ -30,6 +37,10 @@ class VllmInstrumentation:
     def active(self) -> bool:
         """True when every part is instrumented (an unknown version leaves none active)."""
         return bool(self.parts) and all(part.active for part in self.parts)
+
+    def part(self, component: str) -> Instrumentation | None:
+        """The part named ``component`` (``vllm.block_pool``...), or None."""
+        return next((p for p in self.parts if p.component == component), None)
 
     def unwrap(self) -> None:
         """Restore every wrapped object; safe to call twice."""
@@ -57,31 +68,27 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
     """
     if type(manager).__name__ != "KVCacheManager" and not hasattr(manager, "block_pool"):
         raise AdapterError(f"vllm: expected a KVCacheManager, got {type(manager).__qualname__}")
+    if offloading_manager is not None and host_block_tokens <= 0:
+        raise AdapterError("vllm: host_block_tokens must be > 0 with an offloading "
+                           "manager: pass GPU block size x blocks_per_chunk")
     block_tokens, block_bytes = None, 0
     config = getattr(manager, "kv_cache_config", None)
-    if config is not None:
-        try:
-            gpu = gpu_tier_capacity(config)
-            block_tokens, block_bytes = gpu.block_tokens, gpu.block_bytes
-        except Exception:  # a config we cannot read only costs the byte figures
-            pass
+    if readable_kv_cache_config(config):  # an unreadable config only costs the byte figures
+        gpu = gpu_tier_capacity(config)
+        block_tokens, block_bytes = gpu.block_tokens, gpu.block_bytes
     result = VllmInstrumentation()
     host_hits = HostHits(host_block_tokens) if offloading_manager is not None else None
-    try:
+    with ExitStack() as undo:
+        undo.callback(result.unwrap)  # a part that cannot be wrapped restores the others
         result.parts.append(instrument_block_pool(manager.block_pool, rec,
                                                   block_tokens=block_tokens,
                                                   block_bytes=block_bytes))
         result.parts.append(instrument_lookups(manager, rec, host_hits))
         if offloading_manager is not None:
-            if host_block_tokens <= 0:
-                raise AdapterError("vllm: host_block_tokens must be > 0 with an offloading "
-                                   "manager: pass GPU block size x blocks_per_chunk")
             result.parts.append(instrument_offloading_manager(
                 offloading_manager, rec, block_tokens=host_block_tokens,
                 block_bytes=host_block_bytes, host_hits=host_hits))
-    except Exception:
-        result.unwrap()
-        raise
+        undo.pop_all()
     return result
 
 
@@ -89,7 +96,11 @@ def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
     """Instrument everything a vLLM v1 ``Scheduler`` holds that kvobs knows.
 
     Finds ``scheduler.kv_cache_manager`` and, when the KV connector is the offloading
-    connector, its scheduler-side manager and chunk size.
+    connector, its scheduler side (``OffloadingConnectorScheduler``: its transfers), its
+    ``CPUOffloadingManager`` (the host tier) and chunk size.
+
+    Example:
+        >>> inst = instrument_scheduler(scheduler, Recorder(engine="vllm"))  # doctest: +SKIP
     """
     offloading, tokens, chunk_bytes = None, 0, 0
     side = getattr(getattr(scheduler, "connector", None), "connector_scheduler", None)
@@ -98,6 +109,12 @@ def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
         offloading = side.manager
         tokens = int(side.config.kv_group_configs[0].tokens_per_chunk)
         chunk_bytes = host_tier_capacity(offloading, tokens).block_bytes
-    return instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
-                                       offloading_manager=offloading,
-                                       host_block_tokens=tokens, host_block_bytes=chunk_bytes)
+    result = instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
+                                         offloading_manager=offloading,
+                                         host_block_tokens=tokens, host_block_bytes=chunk_bytes)
+    if offloading is not None:
+        with ExitStack() as undo:
+            undo.callback(result.unwrap)
+            result.parts.append(instrument_connector_scheduler(side, rec))
+            undo.pop_all()
+    return result

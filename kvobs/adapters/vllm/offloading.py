@@ -1,15 +1,21 @@
 """vLLM 0.33 ``CPUOffloadingManager`` (scheduler side of CPU offloading) -> the host tier.
 
-One host block is one offloading *chunk* (``blocks_per_chunk`` GPU blocks). Mapping:
+One host block is one offloading *chunk* (``blocks_per_chunk`` GPU blocks). Mapping onto
+the vocabulary of :mod:`kvobs.events`:
 
-* ``prepare_store`` -> chunks allocated for writing (free -> in use), ``evicted_keys``
-  -> host evictions (capacity) and wasted-offload tracking; ``None`` -> the offered
-  chunks are dropped (the host tier is full of chunks being read or written);
-* ``complete_store`` -> written chunks become cached (and count as offloaded for thrash
-  tracking); a failed store frees them and counts a GPU->host transfer failure;
-* ``prepare_load`` -> cached chunks taken for reading (a host hit: reuse, onload for
-  thrash tracking); ``complete_load`` -> back to cached;
-* ``reset_cache`` -> everything dropped (reason ``reset``).
+* ``prepare_store`` -> ``allocate`` the chunks about to be written (free -> in use);
+  ``evicted_keys`` -> ``evict`` (capacity, keyed: thrash sees offloads evicted unused);
+  ``None`` (the tier is full of chunks being read or written) -> ``drop`` on the
+  gpu->host link, each distinct chunk once however often vLLM re-offers it (a bounded
+  set of refused keys; a key is forgotten once it is stored);
+* ``complete_store`` -> the written chunks leave "in use" (``free``) and land as cached
+  data (``store``, keyed): the offload landed, so host stores equal the gpu->host
+  transfer chunks that :mod:`kvobs.adapters.vllm.connector` counts; a failed store only
+  frees them and counts a ``fail`` on the link;
+* ``prepare_load`` -> ``reuse`` of the idle chunks (a host hit, cached -> in use; keyed:
+  an onload for thrash) and the request's host hits for the lookup adapter;
+  ``complete_load`` -> the last reader's ``free(cached=True)``;
+* ``reset_cache`` -> chunks in use freed, cached ones evicted (reason ``reset``).
 
 Occupancy is read from the manager at collection: resident = allocated chunks (in use =
 being written or read, cached = readable and evictable). This is the figure vLLM's own
@@ -24,36 +30,35 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
 from typing import Any
 
-from kvobs.adapters._hooks import Hook, Instrumentation, begin
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.adapters.vllm.lookups import HostHits
+from kvobs.events import NULL_LINK, LinkEvents
 from kvobs.recorder import Recorder, TierRecorder
 from kvobs.tiers import GPU, HOST
 
 COMPONENT = "vllm.cpu_offloading_manager"
-HOOKS = (
-    Hook("lookup", ("key", "req_context")),
-    Hook("prepare_store", ("keys", "req_context")),
-    Hook("complete_store", ("keys", "req_context", "success")),
-    Hook("prepare_load", ("keys", "req_context")),
-    Hook("complete_load", ("keys", "req_context")),
-    Hook("reset_cache", ()),
-)
-STATE = ("_num_chunks", "_num_allocated_chunks", "_free_list", "_num_evictable_cache_chunks",
-         "_policy.get")
+#: Refused chunk keys remembered so that a re-offer is not counted as a new drop.
+MAX_REFUSED_KEYS = 65536
 
 
 class OffloadingInstrumentation(Instrumentation):
-    """Wrappers on one offloading manager, with per-key lookup tallies."""
+    """Wrappers on one offloading manager, with per-key lookup tallies.
 
-    def __init__(self, manager: Any, tier: TierRecorder, active: bool) -> None:
-        super().__init__(manager, COMPONENT, active)
-        self.tier = tier
+    ``offload`` is the gpu->host link (drops and failures); ``refused`` the chunk keys
+    refused and not stored since (oldest forgotten first beyond ``MAX_REFUSED_KEYS``).
+    """
+
+    def __init__(self, manager: Any, rec: Recorder, tier: TierRecorder, active: bool) -> None:
+        super().__init__(manager, COMPONENT, active, rec, tier)
         self.lookups = 0       # lookup() calls (one key each)
         self.lookup_hits = 0   # of them HIT (readable now)
         self.host_hits: HostHits | None = None
+        self.offload: LinkEvents = NULL_LINK
+        self.refused: OrderedDict[Any, None] = OrderedDict()
 
     def resident(self) -> tuple[int, int]:
         """``(in_use, cached)`` chunks read from the manager."""
@@ -61,6 +66,114 @@ class OffloadingInstrumentation(Instrumentation):
         allocated = m._num_allocated_chunks - len(m._free_list)
         cached = m._num_evictable_cache_chunks
         return allocated - cached, cached
+
+    def refuse(self, keys: Iterable[Any]) -> int:
+        """Remember refused ``keys``; return how many were not refused before."""
+        refused, new = self.refused, 0
+        for key in keys:
+            if key in refused:
+                continue
+            refused[key] = None
+            new += 1
+            if len(refused) > MAX_REFUSED_KEYS:
+                refused.popitem(last=False)
+        return new
+
+
+def _chunk(inst: OffloadingInstrumentation, key: Any) -> Any:
+    return inst.target._policy.get(key)
+
+
+def _looked_up(inst: OffloadingInstrumentation, state: None, result: Any, key: Any,
+               req_context: Any) -> None:
+    inst.lookups += 1
+    if result.name == "HIT":
+        inst.lookup_hits += 1
+
+
+def _store_before(inst: OffloadingInstrumentation, keys: Collection[Any],
+                  req_context: Any) -> list[Any]:
+    return [k for k in keys if _chunk(inst, k) is None]  # what a refusal would leave out
+
+
+def _store_prepared(inst: OffloadingInstrumentation, candidates: list[Any], output: Any,
+                    keys: Collection[Any], req_context: Any) -> None:
+    if output is None:
+        inst.offload.drop(inst.refuse(candidates))
+        return
+    if output.keys_to_store:
+        inst.tier.allocate(len(output.keys_to_store))
+    if output.evicted_keys:
+        inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.evicted_keys)
+
+
+def _writes_pending(inst: OffloadingInstrumentation, keys: Collection[Any],
+                    *args: Any, **kwargs: Any) -> list[Any]:
+    return [k for k in keys if (c := _chunk(inst, k)) is not None and not c.is_ready]
+
+
+def _store_completed(inst: OffloadingInstrumentation, pending: list[Any], result: None,
+                     keys: Collection[Any], req_context: Any, success: bool = True) -> None:
+    if not pending:
+        return
+    inst.tier.free(len(pending))  # the written chunks leave "in use"...
+    if success:
+        inst.tier.store(len(pending), keys=pending)  # ...and land as cached data
+        refused = inst.refused
+        if refused:
+            for key in pending:
+                refused.pop(key, None)
+    else:
+        inst.offload.fail(len(pending))
+
+
+def _load_before(inst: OffloadingInstrumentation, keys: Collection[Any],
+                 req_context: Any) -> int:
+    return sum(1 for k in keys if (c := _chunk(inst, k)) is not None and c.ref_cnt == 0)
+
+
+def _load_prepared(inst: OffloadingInstrumentation, idle: int, result: Any,
+                   keys: Collection[Any], req_context: Any) -> None:
+    inst.tier.reuse(idle, keys=keys)  # a second reader of a chunk being read changes no state
+    if inst.host_hits is not None:
+        inst.host_hits.add(req_context.req_id, len(keys))
+
+
+def _last_readers(inst: OffloadingInstrumentation, keys: Collection[Any],
+                  req_context: Any) -> int:
+    return sum(1 for k in keys if (c := _chunk(inst, k)) is not None and c.ref_cnt == 1)
+
+
+def _load_completed(inst: OffloadingInstrumentation, last: int, result: None,
+                    keys: Collection[Any], req_context: Any) -> None:
+    inst.tier.free(last, cached=True)  # the last reader finished: in use -> cached
+
+
+def _reset_before(inst: OffloadingInstrumentation) -> tuple[int, int]:
+    return inst.resident()
+
+
+def _reset_after(inst: OffloadingInstrumentation, resident: tuple[int, int],
+                 result: None) -> None:
+    in_use, cached = resident
+    inst.tier.free(in_use)
+    inst.tier.evict(cached, "reset")
+    inst.refused.clear()
+
+
+SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
+    Hook("lookup", ("key", "req_context"), "lookup", after=_looked_up),
+    Hook("prepare_store", ("keys", "req_context"), "allocate, evict, drop",
+         before=_store_before, after=_store_prepared, reiterable=("keys",)),
+    Hook("complete_store", ("keys", "req_context", "success"), "free, store, fail",
+         before=_writes_pending, after=_store_completed, reiterable=("keys",)),
+    Hook("prepare_load", ("keys", "req_context"), "reuse", before=_load_before,
+         after=_load_prepared, reiterable=("keys",)),
+    Hook("complete_load", ("keys", "req_context"), "free", before=_last_readers,
+         after=_load_completed, reiterable=("keys",)),
+    Hook("reset_cache", (), "free, evict", before=_reset_before, after=_reset_after),
+), state=("_num_chunks", "_num_allocated_chunks", "_free_list", "_num_evictable_cache_chunks",
+          "_policy.get"))
 
 
 def instrument_offloading_manager(manager: Any, rec: Recorder, *, block_tokens: int,
@@ -82,120 +195,15 @@ def instrument_offloading_manager(manager: Any, rec: Recorder, *, block_tokens: 
     def make(active: bool) -> OffloadingInstrumentation:
         capacity = int(getattr(manager, "_num_chunks", 0))
         add = rec.add_tier if active else TierRecorder  # an unknown manager exports nothing
-        return OffloadingInstrumentation(
-            manager, add(tier, capacity, block_tokens, block_bytes), active)
+        inst = OffloadingInstrumentation(manager, rec, add(tier, capacity, block_tokens,
+                                                           block_bytes), active)
+        if active:
+            inst.host_hits = host_hits
+            inst.offload = rec.link(gpu_tier, tier)
+        return inst
 
-    inst = begin(manager, ("CPUOffloadingManager",), HOOKS, COMPONENT, make, STATE)
+    inst = instrument(manager, SPEC, make)
     if inst.active:
-        inst.host_hits = host_hits
-        _install(inst, manager, rec, rec.link(gpu_tier, tier))
         inst.tier.set_resident_source(inst.resident)
         inst.on_unwrap(lambda: inst.tier.set_resident_source(None))
     return inst
-
-
-def _install(inst: OffloadingInstrumentation, manager: Any, rec: Recorder, offload: Any) -> None:
-    host, thrash, error = inst.tier, rec.thrash, rec.error
-    policy_get = manager._policy.get
-    lookup = manager.lookup
-    prepare_store = manager.prepare_store
-    complete_store = manager.complete_store
-    prepare_load = manager.prepare_load
-    complete_load = manager.complete_load
-    reset_cache = manager.reset_cache
-
-    def lookup_hook(key: Any, req_context: Any) -> Any:
-        result = lookup(key, req_context)
-        try:
-            inst.lookups += 1
-            if result.name == "HIT":
-                inst.lookup_hits += 1
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return result
-
-    def prepare_store_hook(keys: Collection[Any], req_context: Any) -> Any:
-        keys = list(keys)
-        output = prepare_store(keys, req_context)
-        try:
-            if output is None:
-                offload.dropped(len(keys))
-            else:
-                if output.keys_to_store:
-                    host.allocated(len(output.keys_to_store))
-                if output.evicted_keys:
-                    host.evicted(len(output.evicted_keys), "capacity")
-                    thrash.evicted(output.evicted_keys)
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return output
-
-    def complete_store_hook(keys: Collection[Any], req_context: Any, success: bool = True) -> None:
-        keys = list(keys)
-        try:
-            pending = [k for k in keys if (c := policy_get(k)) is not None and not c.is_ready]
-        except Exception as exc:
-            error(COMPONENT, exc)
-            pending = []
-        complete_store(keys, req_context, success)
-        try:
-            if not pending:
-                return
-            if success:
-                host.freed(len(pending), cached=True)   # written: in use -> cached
-                thrash.offloaded(pending)
-            else:
-                host.freed(len(pending), cached=False)
-                offload.failed(len(pending))
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    def prepare_load_hook(keys: Collection[Any], req_context: Any) -> Any:
-        keys = list(keys)
-        try:
-            idle = sum(1 for k in keys if (c := policy_get(k)) is not None and c.ref_cnt == 0)
-        except Exception as exc:
-            error(COMPONENT, exc)
-            idle = 0
-        spec = prepare_load(keys, req_context)
-        try:
-            host.reused(idle)  # a second reader of a chunk being read changes no state
-            thrash.onloaded(keys)
-            if inst.host_hits is not None:
-                inst.host_hits.add(req_context.req_id, len(keys))
-        except Exception as exc:
-            error(COMPONENT, exc)
-        return spec
-
-    def complete_load_hook(keys: Collection[Any], req_context: Any) -> None:
-        keys = list(keys)
-        try:
-            last = sum(1 for k in keys if (c := policy_get(k)) is not None and c.ref_cnt == 1)
-        except Exception as exc:
-            error(COMPONENT, exc)
-            last = 0
-        complete_load(keys, req_context)
-        try:
-            host.freed(last, cached=True)  # the last reader finished: in use -> cached
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    def reset_cache_hook() -> None:
-        try:
-            in_use, cached = inst.resident()
-        except Exception as exc:
-            error(COMPONENT, exc)
-            in_use = cached = 0
-        reset_cache()
-        try:
-            host.freed(in_use, cached=False)
-            host.evicted(cached, "reset")
-        except Exception as exc:
-            error(COMPONENT, exc)
-
-    inst.install("lookup", lookup_hook)
-    inst.install("prepare_store", prepare_store_hook)
-    inst.install("complete_store", complete_store_hook)
-    inst.install("prepare_load", prepare_load_hook)
-    inst.install("complete_load", complete_load_hook)
-    inst.install("reset_cache", reset_cache_hook)

@@ -158,22 +158,28 @@ class CpuCopyWorker(OffloadingWorker):
         return None
 
 
-def test_transfer_results_become_link_metrics():
+@pytest.mark.parametrize("counts", [False, True])
+def test_worker_transfer_results_time_the_links(counts):
+    """The worker times transfers; it counts them only where asked (the scheduler
+    process counts them by default, see test_vllm_real_loop)."""
     worker = CpuCopyWorker(torch.randn(16, 1024), torch.zeros(8, 1024))
     rec = Recorder()
-    instrument_offloading_worker(worker, rec)
+    instrument_offloading_worker(worker, rec, counts=counts)
     assert worker.submit_store(1, GPULoadStoreSpec([3, 4, 5], group_sizes=[3],
                                                    block_indices=[0]), CPULoadStoreSpec([0, 1, 2]))
     assert worker.submit_load(2, CPULoadStoreSpec([0, 1]), GPULoadStoreSpec(
         [9, 10], group_sizes=[2], block_indices=[0]))
     assert not worker.submit_store(3, GPULoadStoreSpec([1], group_sizes=[1], block_indices=[0]),
-                                   CPULoadStoreSpec([4, 5]))
+                                   CPULoadStoreSpec([4, 5]))  # lengths differ: refused
     results = worker.get_finished()
     assert torch.equal(worker.gpu[9], worker.gpu[3])
     snap = rec.snapshot()
     out, back = snap.link("gpu", "host"), snap.link("host", "gpu")
-    assert (out.operations, out.blocks, out.bytes, out.failures) == (1, 3, 3 * 4096, 1)
-    assert (back.operations, back.blocks, back.bytes) == (1, 2, 2 * 4096)
+    if counts:  # in host chunks, the slower tier's blocks
+        assert (out.operations, out.blocks, out.bytes, out.failures) == (1, 3, 3 * 4096, 2)
+        assert (back.operations, back.blocks, back.bytes) == (1, 2, 2 * 4096)
+    else:
+        assert (out.operations, out.blocks, back.operations) == (0, 0, 0)
     assert out.seconds == pytest.approx(results[0].transfer_time)
     assert rec.link("gpu", "host").drain_durations() == [results[0].transfer_time]
 

@@ -227,9 +227,10 @@ class EngineDriver:
         seconds_per_byte: transfer time the synthetic worker reports.
 
     Truth accumulated from vLLM itself: ``prefix_queries`` / ``prefix_hits`` (its
-    ``PrefixCacheStats``), ``vllm_store_bytes`` / ``vllm_load_bytes`` (its
-    ``OffloadingConnectorStats``), ``store_chunks_completed`` (chunks of completed store
-    jobs), ``kv_events`` (every ``BlockStored`` / ``BlockRemoved``).
+    ``PrefixCacheStats``), ``connector_queries`` / ``connector_hits`` (the connector's
+    prefix-cache stats: host hits), ``vllm_store_bytes`` / ``vllm_load_bytes`` (its
+    ``OffloadingConnectorStats``), ``kv_events`` (every ``BlockStored`` /
+    ``BlockRemoved`` vLLM published).
     """
 
     def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
@@ -241,10 +242,13 @@ class EngineDriver:
         self.block_size = scheduler.block_size
         self.hasher = get_request_block_hasher(self.block_size, sha256)
         self.steps = 0
-        self.due: list[tuple[int, int, bool, int]] = []  # (due step, job id, is_store, bytes)
+        # (due step, job id, is_store, bytes, request id of an async load or None)
+        self.due: list[tuple[int, int, bool, int, str | None]] = []
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.preempted_queries = 0
+        self.connector_queries = 0
+        self.connector_hits = 0
         self.vllm_store_bytes = 0
         self.vllm_load_bytes = 0
         self.vllm_store_time = 0.0
@@ -310,17 +314,23 @@ class EngineDriver:
         loads = list(getattr(meta, "load_jobs", {}) or {})
         for job_id in stores:
             self.due.append((self.steps + self.transfer_delay, job_id, True,
-                             self._job_bytes(meta.store_jobs[job_id], True)))
+                             self._job_bytes(meta.store_jobs[job_id], True), None))
         for job_id in loads:
-            self.due.append((self.steps + self.transfer_delay, job_id, False,
-                             self._job_bytes(meta.load_jobs[job_id], False)))
-        worker_meta = self._worker_meta() if self.connector_scheduler is not None else None
+            job = meta.load_jobs[job_id]
+            # A sync load completes before this step's forward pass; an async one later.
+            delay = 0 if job.sync else self.transfer_delay
+            self.due.append((self.steps + delay, job_id, False, self._job_bytes(job, False),
+                             None if job.sync else job.req_id))
+        connector_output = None
+        if self.connector_scheduler is not None:
+            worker_meta, loaded = self._worker_meta()
+            connector_output = KVConnectorOutput(finished_recving=loaded or None,
+                                                 kv_connector_worker_meta=worker_meta)
         ids = list(out.num_scheduled_tokens)
         runner_output = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=[self._sampled(out, r) for r in ids],
-            kv_connector_output=KVConnectorOutput(kv_connector_worker_meta=worker_meta)
-            if worker_meta is not None else None)
+            kv_connector_output=connector_output)
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
         stats = self._read_stats(engine_outputs)
         self.steps += 1
@@ -352,14 +362,15 @@ class EngineDriver:
             chunk_bytes = size // num if num else 0
         return chunks * chunk_bytes
 
-    def _worker_meta(self) -> OffloadingWorkerMetadata:
-        """What the workers report this step, aggregated as the engine core does."""
+    def _worker_meta(self) -> tuple[OffloadingWorkerMetadata, set[str]]:
+        """What the workers report this step, aggregated as the engine core does, and
+        the requests whose async loads finished (``finished_recving``)."""
         ready = [d for d in self.due if d[0] <= self.steps]
         self.due = [d for d in self.due if d[0] > self.steps]
         merged: OffloadingWorkerMetadata | None = None
         for _ in range(self.workers):
             stats = TransferStats()
-            for _, _, is_store, nbytes in ready:
+            for _, _, is_store, nbytes, _ in ready:
                 share = nbytes // self.workers
                 side = stats.store if is_store else stats.load
                 side.record(share, share * self.seconds_per_byte)
@@ -367,11 +378,11 @@ class EngineDriver:
                     self.reported_store_bytes += share
                 else:
                     self.reported_load_bytes += share
-            meta = OffloadingWorkerMetadata(completed_jobs={job: 1 for _, job, _, _ in ready},
-                                            transfer_stats=stats)
+            meta = OffloadingWorkerMetadata(
+                completed_jobs={job: 1 for _, job, _, _, _ in ready}, transfer_stats=stats)
             merged = meta if merged is None else merged.aggregate(meta)  # type: ignore[assignment]
         assert merged is not None
-        return merged
+        return merged, {req for *_, req in ready if req is not None}
 
     def _read_stats(self, engine_outputs: Any) -> Any:
         stats = None
@@ -385,6 +396,10 @@ class EngineDriver:
             self.prefix_queries += prefix.queries
             self.prefix_hits += prefix.hits
             self.preempted_queries += getattr(prefix, "preempted_queries", 0)
+        external = getattr(stats, "connector_prefix_cache_stats", None)
+        if external is not None:
+            self.connector_queries += external.queries
+            self.connector_hits += external.hits
         self._add_connector_stats(getattr(stats, "kv_connector_stats", None))
         return stats
 

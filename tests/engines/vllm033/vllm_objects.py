@@ -1,4 +1,6 @@
-"""Builders for real vLLM 0.33 objects on CPU (no model, no GPU): pools, managers, requests."""
+"""Builders for real vLLM 0.33 objects on CPU (no model, no GPU): pools, managers, requests.
+
+For class-level tests; the engine loop itself is :mod:`vllm_engine`."""
 
 from __future__ import annotations
 
@@ -32,13 +34,14 @@ def page_bytes() -> int:
 
 
 def kv_cache_config(num_blocks: int) -> KVCacheConfig:
-    """One full-attention group of LAYERS layers, one tensor per layer."""
+    """One full-attention group of LAYERS layers, laid out as vLLM 0.33's planner does:
+    one backing allocation (``size`` is its total) with a stride per layer."""
     spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=KV_HEADS,
                              head_size=HEAD_SIZE, dtype=torch.float16)
     layers = [f"layer.{i}" for i in range(LAYERS)]
-    tensors = [KVCacheTensor(size=page_bytes() * num_blocks, layers=[name],
-                             layer_stride=0, block_stride=page_bytes()) for name in layers]
-    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors,
+    tensor = KVCacheTensor(size=page_bytes() * num_blocks * LAYERS, layers=layers,
+                           layer_stride=page_bytes() * num_blocks, block_stride=page_bytes())
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[tensor],
                          kv_cache_groups=[KVCacheGroupSpec(layers, spec)])
 
 

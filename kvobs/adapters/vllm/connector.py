@@ -1,0 +1,135 @@
+"""vLLM 0.33 ``OffloadingConnectorScheduler`` -> gpu<->host transfers, in the scheduler.
+
+The workers' results reach the scheduler process once per step, in
+``update_connector_output(connector_output)``: ``kv_connector_worker_meta`` is an
+``OffloadingWorkerMetadata`` with ``completed_jobs`` (``{job_id: workers reporting}``)
+and ``transfer_stats`` (store / load bytes and times, summed across TP workers). vLLM
+completes a job once every worker has reported it (its ``pending_count`` reaches 0)
+and skips jobs from before a cache reset (stale). Before the call, this adapter reads
+which jobs will complete, their direction (``is_store``) and chunk count (its keys);
+after it, each completed job is one ``transfer`` on ``link("gpu", "host")`` (stores) or
+``link("host", "gpu")`` (loads), in host chunks (the slower tier's blocks, so host
+stores equal gpu->host transfer blocks).
+
+Bytes are exactly vLLM's ``OffloadingConnectorStats`` ``store_bytes`` / ``load_bytes``:
+a step's reported bytes go to the jobs completing in it (split by chunks, the remainder
+to the last job); bytes reported in a step where no job of that direction completes
+(a TP worker reporting before the others) wait for the next completion. No duration is
+fed here (``seconds=None``): the per-transfer device durations come from the worker
+process (:mod:`kvobs.adapters.vllm.transfers`), not from these summed times.
+
+Example:
+    >>> side = scheduler.connector.connector_scheduler                 # doctest: +SKIP
+    >>> inst = instrument_connector_scheduler(side, rec)               # doctest: +SKIP
+    >>> rec.snapshot().link("gpu", "host").bytes                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.events import NULL_LINK, LinkEvents
+from kvobs.recorder import Recorder
+from kvobs.tiers import GPU, HOST
+
+COMPONENT = "vllm.offloading_connector"
+
+#: ``(is_store, chunks)`` of each job a worker output completes.
+Completions = list[tuple[bool, int]]
+
+
+class ConnectorInstrumentation(Instrumentation):
+    """The wrapper on one ``OffloadingConnectorScheduler``.
+
+    ``carried_store_bytes`` / ``carried_load_bytes``: bytes reported before their jobs
+    completed, waiting for the next completion in that direction.
+    """
+
+    def __init__(self, side: Any, rec: Recorder, active: bool) -> None:
+        super().__init__(side, COMPONENT, active, rec)
+        self.offload: LinkEvents = NULL_LINK
+        self.onload: LinkEvents = NULL_LINK
+        self.carried_store_bytes = 0
+        self.carried_load_bytes = 0
+
+
+def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> tuple[
+        Completions, int, int]:
+    """Jobs this output completes, and the store / load bytes it reports."""
+    meta: Any = getattr(connector_output, "kv_connector_worker_meta", None)
+    stats = getattr(meta, "transfer_stats", None)
+    completed = getattr(meta, "completed_jobs", None)
+    if not completed:
+        return [], _bytes(stats, "store"), _bytes(stats, "load")
+    side = inst.target
+    jobs, stale_below = side._jobs, side._stale_job_threshold
+    done: Completions = []
+    for job_id, count in completed.items():
+        if job_id < stale_below:
+            continue  # flushed by a cache reset: vLLM completes nothing for it
+        status = jobs.get(job_id)
+        if status is not None and status.pending_count - count <= 0:
+            done.append((bool(status.is_store), len(status.keys)))
+    return done, _bytes(stats, "store"), _bytes(stats, "load")
+
+
+def _bytes(stats: Any, direction: str) -> int:
+    side = getattr(stats, direction, None)
+    return int(getattr(side, "bytes", 0) or 0)
+
+
+def _landed(inst: ConnectorInstrumentation, state: tuple[Completions, int, int], result: None,
+            connector_output: Any) -> None:
+    done, store_bytes, load_bytes = state
+    inst.carried_store_bytes += store_bytes
+    inst.carried_load_bytes += load_bytes
+    stores = [chunks for is_store, chunks in done if is_store]
+    loads = [chunks for is_store, chunks in done if not is_store]
+    if stores:
+        inst.carried_store_bytes = _count(inst.offload, stores, inst.carried_store_bytes)
+    if loads:
+        inst.carried_load_bytes = _count(inst.onload, loads, inst.carried_load_bytes)
+
+
+def _count(link: LinkEvents, jobs: list[int], nbytes: int) -> int:
+    """One transfer per job, ``nbytes`` split by chunks; returns the bytes left (0)."""
+    total = sum(jobs) or 1
+    left = nbytes
+    for i, chunks in enumerate(jobs):
+        share = left if i == len(jobs) - 1 else nbytes * chunks // total
+        link.transfer(chunks, share, None)
+        left -= share
+    return left
+
+
+SPEC = AdapterSpec(COMPONENT, ("OffloadingConnectorScheduler",), (
+    Hook("update_connector_output", ("connector_output",), "transfer",
+         before=_completing, after=_landed),
+), state=("_jobs", "_stale_job_threshold", "manager"))
+
+
+def instrument_connector_scheduler(side: Any, rec: Recorder, *, gpu_tier: str = GPU,
+                                   tier: str = HOST) -> ConnectorInstrumentation:
+    """Count the transfers an ``OffloadingConnectorScheduler`` completes into ``rec``.
+
+    Args:
+        side: ``scheduler.connector.connector_scheduler``.
+        rec: the recorder.
+        gpu_tier: the GPU tier's name; ``tier`` the offload medium's tier.
+
+    Returns:
+        The instrumentation (inactive, nothing wrapped and one warning naming what is
+        missing, on a connector kvobs does not know).
+
+    Raises:
+        AdapterError: not an OffloadingConnectorScheduler, or already instrumented.
+    """
+    def make(active: bool) -> ConnectorInstrumentation:
+        inst = ConnectorInstrumentation(side, rec, active)
+        if active:
+            inst.offload = rec.link(gpu_tier, tier)
+            inst.onload = rec.link(tier, gpu_tier)
+        return inst
+
+    return instrument(side, SPEC, make)
