@@ -1,0 +1,222 @@
+"""kvobs as a new user installs it: build the sdist and the wheel, install the wheel with
+only the demo extra into a fresh venv, and use it.
+
+The build runs on a copy of the checkout (tracked and untracked-but-not-ignored files),
+so it never writes into the working tree. The wheel is built from the sdist, which
+checks the sdist is complete. The fresh venv gets ``torch==2.13.0`` first (the CPU build
+this project pins; a bare ``torch`` requirement would pull a CUDA build), then
+``kvobs[demo]`` from the wheel, and nothing else: no grafanalib, no matplotlib.
+
+Missing prerequisites (the ``build`` package, ``venv``/``ensurepip``) skip locally and
+fail under CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+from required import REPO, missing
+
+TORCH_PIN = "torch==2.13.0"
+SUBCOMMANDS = ["demo", "top", "capacity", "dashboards", "report"]
+GENERATED = sorted((REPO / "dashboards" / "generated").glob("*.json"))
+
+
+def _source_copy(dest: Path) -> Path:
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True,
+    ).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    try:
+        import build  # noqa: F401
+    except ImportError:
+        missing("the `build` package is not installed: run `make setup` (it is in kvobs[dev])")
+    if shutil.which("git") is None:
+        missing("git is not installed; the build copies the checkout's files with git ls-files")
+    src = _source_copy(tmp_path_factory.mktemp("src"))
+    out = tmp_path_factory.mktemp("dist")
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(src)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(f"built sdist + wheel in {time.monotonic() - started:.1f} s")
+    (sdist,) = out.glob("kvobs-*.tar.gz")
+    (wheel,) = out.glob("kvobs-*.whl")
+    return sdist, wheel
+
+
+def test_wheel_ships_the_generated_dashboards_unchanged(dist):
+    _sdist, wheel = dist
+    assert GENERATED, "dashboards/generated/ is empty: run `kvobs dashboards`"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        for path in GENERATED:
+            shipped = f"kvobs/dashboards/generated/{path.name}"
+            assert shipped in names, f"{shipped} is missing from the wheel"
+            assert zf.read(shipped) == path.read_bytes(), f"{shipped} differs from {path}"
+        assert not [n for n in names if n.startswith("kvobs/dashboards/generated/")
+                    and n.rsplit("/", 1)[-1] not in {p.name for p in GENERATED}]
+        for needed in ("kvobs/top/app.py", "kvobs/cli/top_cmd.py", "kvobs/report/boards.py",
+                       "kvobs/dashboards/rules/kvobs-alerts.rules.yaml"):
+            assert needed in names, needed
+        meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry_points = zf.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    for extra in ("demo", "report", "nvml", "dev"):
+        assert f"Provides-Extra: {extra}" in meta
+    assert "Requires-Dist: torch>=2.4; extra == \"demo\"" in meta
+    assert "Requires-Dist: matplotlib>=3.8; extra == \"report\"" in meta
+    assert "kvobs = kvobs.cli:main" in entry_points
+
+
+def test_sdist_holds_what_the_wheel_is_built_from(dist):
+    sdist, _wheel = dist
+    with tarfile.open(sdist) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    for needed in ("README.md", "kernels/_native.c", "setup.py", "pyproject.toml",
+                   "MANIFEST.in", *(f"dashboards/generated/{p.name}" for p in GENERATED)):
+        assert needed in names, needed
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(dist, tmp_path_factory):
+    try:
+        import ensurepip  # noqa: F401
+    except ImportError:
+        missing("ensurepip is missing: apt-get install python3-venv (.ci/run does)")
+    _sdist, wheel = dist
+    root = tmp_path_factory.mktemp("venv") / "v"
+    started = time.monotonic()
+    venv.EnvBuilder(with_pip=True, clear=True).create(root)
+    python = root / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    for args in (["install", "-q", TORCH_PIN], ["install", "-q", f"{wheel}[demo]"]):
+        result = subprocess.run([str(python), "-m", "pip", *args], capture_output=True,
+                                text=True, timeout=900, env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(f"fresh venv with {TORCH_PIN} and kvobs[demo] in {time.monotonic() - started:.1f} s")
+    return root, env
+
+
+def _run(venv_root, env, *args, timeout=120, cwd=None):
+    """A command of the venv, run outside the checkout (so the checkout's kvobs is not
+    on ``sys.path``)."""
+    return subprocess.run([str(venv_root / "bin" / args[0]), *args[1:]], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=cwd or venv_root)
+
+
+def test_fresh_venv_has_only_what_the_demo_extra_says(fresh_venv):
+    root, env = fresh_venv
+    probe = ("import importlib.util as u; "
+             "print([m for m in ('torch', 'rich', 'grafanalib', 'matplotlib', 'yaml') "
+             "if u.find_spec(m)])")
+    result = _run(root, env, "python", "-c", probe)
+    assert result.stdout.strip() == "['torch', 'rich']", result.stdout + result.stderr
+    result = _run(root, env, "python", "-c",
+                  "import kvobs; print(kvobs.__file__); print(sorted(kvobs.__all__))")
+    assert str(REPO) not in result.stdout.splitlines()[0]  # the installed copy, not the checkout
+    assert "start_telemetry" in result.stdout
+
+
+def test_every_subcommand_helps_and_capacity_plans(fresh_venv, tmp_path):
+    root, env = fresh_venv
+    for args in (["--help"], *([name, "--help"] for name in SUBCOMMANDS)):
+        result = _run(root, env, "kvobs", *args, cwd=tmp_path)
+        assert result.returncode == 0 and "usage: kvobs" in result.stdout, (args, result.stderr)
+    result = _run(root, env, "kvobs", "capacity", "--model", "llama-3-8b", "--gpu-kv-gib", "16",
+                  "--host-pool-gib", "120", "--request-tokens", "32768", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Maximum concurrency for 32,768 tokens per request: 4.00x" in result.stdout
+
+
+def test_missing_extras_are_one_line_naming_the_pip_install(fresh_venv, tmp_path):
+    root, env = fresh_venv
+    report = _run(root, env, "kvobs", "report", "--prometheus", "http://127.0.0.1:1",
+                  "--out", str(tmp_path / "t.png"))
+    assert report.returncode == 2
+    line = report.stderr.strip()
+    assert line.startswith("kvobs: error: kvobs report needs matplotlib"), line
+    assert line.endswith(": pip install 'kvobs[report]'") and "\n" not in line
+    boards = _run(root, env, "python", "-c",
+                  "from kvobs.report.boards import dashboard_stems, dashboard_json; "
+                  "print(dashboard_stems(), dashboard_json('kvobs-tiers')['uid'])")
+    assert boards.stdout.strip() == (
+        f"{[p.stem for p in GENERATED]} kvobs-tiers"), boards.stderr  # no grafanalib needed
+
+
+def test_five_second_demo_is_watched_by_kvobs_top(fresh_venv, tmp_path):
+    root, env = fresh_venv
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    demo = subprocess.Popen(
+        [str(root / "bin" / "kvobs"), "demo", "--duration", "5", "--warmup", "10",
+         "--gpu-blocks", "256", "--host-blocks", "1024", "--metrics-addr", f"127.0.0.1:{port}",
+         "--summary-interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        deadline, seen = time.monotonic() + 90, ""
+        while time.monotonic() < deadline and demo.poll() is None:
+            top = _run(root, {**env, "COLUMNS": "100"}, "kvobs", "top", "--once", "--url", url,
+                       "--interval", "0.5", timeout=30)
+            seen = top.stdout
+            if top.returncode == 0 and "rates over" in seen:
+                break
+            time.sleep(0.5)
+        assert "kvobs-demo · qwen2.5-0.5b" in seen and "gpu→host" in seen, seen
+        assert "hits (" in seen and "host " in seen
+        _out, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate()
+    assert demo.returncode == 0, err[-3000:]
+    events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+    assert events[0] == "kv_cache_capacity" and events[-1] == "demo_stopped", events
+    assert "kv_cache_summary" in events
+
+
+def test_readme_example_runs_against_the_installed_package(fresh_venv, tmp_path):
+    root, env = fresh_venv
+    sys.path.insert(0, str(REPO / "tests" / "cli"))
+    try:
+        from test_front_door import readme_example
+    finally:
+        sys.path.pop(0)
+    script = tmp_path / "readme.py"
+    script.write_text(
+        "import doctest, sys\n"
+        f"test = doctest.DocTestParser().get_doctest({readme_example()!r}, {{}}, 'README', "
+        "'README', 0)\n"
+        "runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)\n"
+        "runner.run(test)\n"
+        "sys.exit(1 if runner.failures else 0)\n"
+    )
+    result = _run(root, env, "python", str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
