@@ -50,6 +50,7 @@ from kvobs.snapshot import (
 )
 from kvobs.thrash import ThrashTracker
 from kvobs.tiers import GPU, HOST, tier_order, validate_tier_name
+from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from kvobs.trace import TraceWriter
 
 ResidentSource = Callable[[], tuple[int, int]]
@@ -437,6 +438,22 @@ class Recorder:
                 profile.reference(keys)
             if self.trace is not None:
                 self.trace.write(keys)
+
+    def open_trace(self, path: str, max_bytes: int = DEFAULT_TRACE_BYTES,
+                   clock: Callable[[], float] = time.time) -> TraceWriter:
+        """Write every keyed lookup to ``path`` as JSONL (hashes only) for ``kvobs whatif``,
+        up to ``max_bytes``; line-buffered, so a crash loses at most one line.
+
+        Raises:
+            ConfigError: the file cannot be created (the message names it).
+        """
+        try:
+            out = open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - kept open
+        except OSError as exc:
+            raise ConfigError(f"trace file {path!r} cannot be written ({exc.strerror}): pass "
+                              "a path in a writable directory") from None
+        self.trace = TraceWriter(out, max_bytes=max_bytes, clock=clock)
+        return self.trace
 
     def step(self, seconds: float, prefill_tokens: int, decode_tokens: int) -> None:
         """One engine step took ``seconds`` for this many scheduled tokens: measures the

@@ -39,7 +39,10 @@ to one collector; sum the duration histogram ``without (tp_rank)`` for an engine
 Settings: ``KVOBS_METRICS_ADDR`` (base ``HOST:PORT``, default ``127.0.0.1:9464``; port 0
 = any free port; empty = no endpoint), ``KVOBS_OTLP_ENDPOINT`` (push as well; default
 ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``KVOBS_SUMMARY_INTERVAL_S`` (default 60; 0 = off),
-``KVOBS_MODEL`` (the ``model`` label; default: the served model). Without
+``KVOBS_MODEL`` (the ``model`` label; default: the served model), ``KVOBS_TRACE_OUT``
+(trace the prefix lookups' block hashes for ``kvobs whatif``; ``KVOBS_TRACE_MAX_BYTES``
+bounds the file, default 256 MiB), ``KVOBS_PREFILL_SECONDS_PER_TOKEN`` (a configured
+prefill cost until kvobs measures one). Without
 ``KVOBS_ENABLE`` the plugin does nothing. kvobs never raises into vLLM: a failure
 while enabling or instrumenting is logged (``kvobs_enable_failed``,
 ``kvobs_instrument_failed``) and vLLM goes on uninstrumented.
@@ -78,6 +81,7 @@ from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_schedule
 from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
 from kvobs.recorder import LinkRecorder, Recorder
+from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 
 _log = structlog.get_logger("kvobs.vllm")
 _TRUE = {"1", "true", "yes", "on"}
@@ -114,6 +118,7 @@ class _Enabled:
         if self.recorder is None:
             rec = Recorder(engine="vllm", model=model, labels=labels)
             self.telemetry = _start_telemetry(rec, port_offset)
+            _open_trace(rec, labels)
             self.recorder = rec
         return self.recorder
 
@@ -177,6 +182,24 @@ def _start_telemetry(rec: Recorder, port_offset: int) -> Any:
     _log.info("kvobs_enabled", engine="vllm", model=rec.model,
               metrics_url=telemetry.metrics_url, otlp_endpoint=endpoint, **rec.labels)
     return telemetry
+
+
+def _open_trace(rec: Recorder, labels: dict[str, str]) -> None:
+    """``KVOBS_TRACE_OUT=PATH``: trace the prefix lookups for ``kvobs whatif`` (hashes only;
+    ``KVOBS_TRACE_MAX_BYTES``, default 256 MiB). Ranks above 0 append ``.dp<rank>``;
+    worker processes, which look nothing up, write no trace."""
+    path = os.environ.get("KVOBS_TRACE_OUT", "").strip()
+    if not path or "tp_rank" in labels:
+        return
+    if labels.get("dp_rank", "0") != "0":
+        path = f"{path}.dp{labels['dp_rank']}"
+    raw = os.environ.get("KVOBS_TRACE_MAX_BYTES", "").strip()
+    limit = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_TRACE_BYTES
+    if raw and str(limit) != raw:
+        _log.warning("invalid_environment_variable", variable="KVOBS_TRACE_MAX_BYTES",
+                     value=raw, action=f"using {limit} bytes: pass a positive integer")
+    writer = rec.open_trace(path, limit)
+    _log.info("kvobs_tracing_lookups", path=path, max_bytes=writer.max_bytes, **labels)
 
 
 def _attach_tiering(scheduler: Any, rec: Recorder,
