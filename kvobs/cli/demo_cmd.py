@@ -149,6 +149,21 @@ def register(subparsers: Any) -> None:
     )
     add_option(
         parser,
+        "--trace-out",
+        type=output_file(),
+        default=None,
+        help="write every prefix lookup's block hashes (JSONL, hashes only) for "
+        "`kvobs whatif --trace`, warm-up included",
+    )
+    add_option(
+        parser,
+        "--trace-max-bytes",
+        type=at_most(positive_int, 2**40),
+        default=256 << 20,
+        help="stop tracing once the trace file reaches this size",
+    )
+    add_option(
+        parser,
         "--log-file",
         type=output_file(),
         default=None,
@@ -187,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     )
     pool = TieredKVPool(layout, args.gpu_blocks, args.host_blocks, recorder)
     loop = ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=args.rate), seed=args.seed))
+    if args.trace_out:
+        recorder.open_trace(args.trace_out, args.trace_max_bytes, clock=lambda: loop.now_s)
     log_capacity(plan, logger)
     loop.run(args.warmup, pace=False)
     telemetry = Telemetry.start(
@@ -219,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
         if telemetry.summary is not None:
             telemetry.summary.log_now()
         telemetry.close()
+        if recorder.trace is not None:
+            recorder.trace.close()
         logger.info("demo_stopped", virtual_s=round(loop.now_s, 2), **vars(loop.stats))
         if log_stream is not None:
             log_stream.close()
