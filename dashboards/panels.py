@@ -2,7 +2,9 @@
 
 Each builder takes what a reader needs (title, description, unit, queries) and leaves
 the visual defaults to one place. :func:`layout` turns sections of panels into rows with
-grid positions, so dashboards are written as lists, never as coordinates.
+grid positions, so dashboards are written as lists, never as coordinates. Series get
+the colours of :mod:`kvobs.report.palette` (one per tier, outcome and direction, as in
+``kvobs report`` and ``kvobs top``) through per-panel overrides.
 
 Example:
     >>> panel = timeseries("Lookups", "Lookups per second.", "short",
@@ -30,6 +32,8 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from kvobs.report.palette import dashed, legend_colors
+
 from .variables import templates
 
 #: Every panel reads the data source chosen in the ``datasource`` variable.
@@ -52,6 +56,22 @@ def _targets(queries: Sequence[Query], fmt: str = "time_series") -> list[Target]
                datasource=DATASOURCE)
         for i, q in enumerate(queries)
     ]
+
+
+def color_overrides(queries: Sequence[Query], *, dashes: bool = True) -> list[dict[str, Any]]:
+    """Field overrides giving each series the palette colour of its legend name; with
+    ``dashes``, the second of a pair that shares a colour (p99, failed, capacity) dashed."""
+    overrides: list[dict[str, Any]] = []
+    for query in queries:
+        for name, color in legend_colors(query.legend).items():
+            properties: list[dict[str, Any]] = [
+                {"id": "color", "value": {"mode": "fixed", "fixedColor": color}}]
+            if dashes and dashed(name):
+                properties.append({"id": "custom.lineStyle",
+                                   "value": {"fill": "dash", "dash": [10, 10]}})
+            overrides.append({"matcher": {"id": "byName", "options": name},
+                              "properties": properties})
+    return overrides
 
 
 def timeseries(
@@ -81,6 +101,7 @@ def timeseries(
         legendCalcs=["lastNotNull", "max"],
         tooltipMode="multi",
         tooltipSort="desc",
+        overrides=color_overrides(queries, dashes=not stacked),
         span=width,
     )
 
@@ -99,6 +120,7 @@ def stat(title: str, description: str, unit: str, queries: Sequence[Query],
         colorMode="none",
         textMode="value_and_name",
         noValue="no data",
+        overrides=color_overrides(queries, dashes=False),
         span=width,
     )
 

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Mapping
 
 #: Tier -> colour (Grafana's named colours: green, blue, purple).
@@ -55,6 +57,23 @@ DIRECTIONS: dict[tuple[str, str], str] = {
 #: Anything else (capacity lines, totals): a neutral grey.
 NEUTRAL = "#8E8E8E"
 
+#: Labels the palette reads. A series with any other label (an eviction ``reason``, a
+#: ``model``) takes no palette colour: its lines must stay apart from each other.
+PALETTE_LABELS = frozenset({"tier", "state", "outcome", "src_tier", "dst_tier"})
+
+#: Values the palette knows, per label, for naming every series a legend can produce.
+LABEL_VALUES: dict[str, tuple[str, ...]] = {
+    "tier": tuple(TIERS),
+    "state": ("in_use", "cached"),
+    "outcome": tuple(OUTCOMES),
+}
+
+
+def dashed(name: str) -> bool:
+    """Whether a series is the second of a pair that shares a colour: p99 next to p50,
+    failed next to dropped, a tier's capacity next to its occupancy."""
+    return name.startswith(("p99", "failed")) or name.endswith("capacity")
+
 
 def tier_color(tier: str, state: str | None = None) -> str:
     """Colour of ``tier`` (a lighter shade for ``state="cached"``)."""
@@ -72,7 +91,14 @@ def series_color(labels: Mapping[str, str]) -> str | None:
     """The colour a series with these labels takes, or None when no rule names it.
 
     A direction (``src_tier``/``dst_tier``) wins over an outcome, which wins over a tier.
+    Labels outside :data:`PALETTE_LABELS` mean no palette colour.
+
+    Example:
+        >>> series_color({"tier": "gpu", "reason": "capacity"}) is None
+        True
     """
+    if set(labels) - PALETTE_LABELS:
+        return None
     if "src_tier" in labels and "dst_tier" in labels:
         return DIRECTIONS.get((labels["src_tier"], labels["dst_tier"]))
     if "outcome" in labels:
@@ -82,3 +108,35 @@ def series_color(labels: Mapping[str, str]) -> str | None:
             return None
         return tier_color(labels["tier"], labels.get("state"))
     return None
+
+
+def legend_colors(legend: str) -> dict[str, str]:
+    """Every series name a Grafana ``{{label}}`` legend can produce -> its colour.
+
+    For the dashboards' per-panel colour overrides: a legend that uses a label outside
+    :data:`PALETTE_LABELS`, or none of them, gets none.
+
+    Example:
+        >>> legend_colors("p99 {{src_tier}} → {{dst_tier}}")["p99 gpu → host"]
+        '#FF9830'
+        >>> legend_colors("{{tier}} {{reason}}")
+        {}
+    """
+    used = re.findall(r"\{\{\s*(\w+)\s*\}\}", legend)
+    if not used or set(used) - PALETTE_LABELS:
+        return {}
+    if {"src_tier", "dst_tier"} & set(used):
+        choices = [dict(zip(("src_tier", "dst_tier"), pair, strict=True)) for pair in DIRECTIONS]
+    else:
+        keys = sorted(set(used))
+        choices = [dict(zip(keys, values, strict=True))
+                   for values in itertools.product(*(LABEL_VALUES[k] for k in keys))]
+    result = {}
+    for labels in choices:
+        color = series_color(labels)
+        if color is not None:
+            name = legend
+            for key, value in labels.items():
+                name = re.sub(r"\{\{\s*" + key + r"\s*\}\}", value, name)
+            result[name.strip()] = color
+    return result

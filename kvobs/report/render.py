@@ -33,7 +33,7 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter
 
 from kvobs.report.fetch import PanelData
-from kvobs.report.palette import NEUTRAL, series_color
+from kvobs.report.palette import NEUTRAL, dashed, series_color
 from kvobs.report.prometheus_api import Series
 from kvobs.report.units import describe, format_value
 
@@ -74,7 +74,7 @@ def colors(lines: Sequence[tuple[str, Series]]) -> list[str]:
 
 def line_style(name: str) -> str:
     """Dashed for the second line of a pair that shares a colour (p99, capacity, failed)."""
-    return "--" if name.startswith(("p99", "failed")) or name.endswith("capacity") else "-"
+    return "--" if dashed(name) else "-"
 
 
 def _draw_timeseries(ax: Axes, panel: PanelData, stacked: bool) -> None:
