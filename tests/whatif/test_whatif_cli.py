@@ -92,3 +92,19 @@ def test_a_malformed_trace_names_its_line(tmp_path):
     assert f"{trace}:2: \"blocks\" must be a list of block hashes" in result.stderr
     trace.write_text("")
     assert "holds no block references" in kvobs("whatif", "--trace", str(trace)).stderr
+
+
+def test_demo_trace_out_feeds_whatif(tmp_path):
+    trace = tmp_path / "demo.jsonl"
+    demo = kvobs("demo", "--duration", "1", "--warmup", "30", "--metrics-addr", "127.0.0.1:0",
+                 "--view", "logs", "--gpu-blocks", "256", "--host-blocks", "1024",
+                 "--trace-out", str(trace), "--trace-max-bytes", "4000000")
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    lines = trace.read_text().splitlines()
+    assert lines and all(json.loads(line).keys() == {"blocks", "ts"} for line in lines)
+    assert len(trace.read_bytes()) <= 4_000_000
+    answer = json.loads(kvobs("whatif", "--trace", str(trace), "--sizes", "256,1280",
+                              "--json").stdout)
+    refs = references(trace)
+    assert [round(row["hit_ratio"], 9) for row in answer["sizes"]] == \
+        [round(exact_lru_hit_ratio(refs, size), 9) for size in (256, 1280)]
