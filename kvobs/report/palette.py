@@ -57,6 +57,12 @@ DIRECTIONS: dict[tuple[str, str], str] = {
 #: Anything else (capacity lines, totals): a neutral grey.
 NEUTRAL = "#8E8E8E"
 
+#: Colours for series the palette does not name (thrash signals, eviction reasons), in
+#: order: none of them is a tier's or a direction's, so they are never mistaken for one.
+OTHERS: tuple[str, ...] = (
+    "#19A0A0", "#D683CE", "#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#E377C2", "#393B79",
+)
+
 #: Labels the palette reads. A series with any other label (an eviction ``reason``, a
 #: ``model``) takes no palette colour: its lines must stay apart from each other.
 PALETTE_LABELS = frozenset({"tier", "state", "outcome", "src_tier", "dst_tier"})

@@ -33,7 +33,7 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter
 
 from kvobs.report.fetch import PanelData
-from kvobs.report.palette import NEUTRAL, dashed, series_color
+from kvobs.report.palette import OTHERS, dashed, series_color
 from kvobs.report.prometheus_api import Series
 from kvobs.report.units import describe, format_value
 
@@ -57,17 +57,17 @@ def _time_axis(ax: Axes) -> None:
 
 
 def colors(lines: Sequence[tuple[str, Series]]) -> list[str]:
-    """One colour per line: the palette's for its labels, else matplotlib's cycle.
+    """One colour per line: the palette's for its labels, else the next of its others.
 
     Example:
         >>> colors([("gpu", Series({"tier": "gpu"}, [])), ("x", Series({}, []))])
-        ['#56A64B', 'C0']
+        ['#56A64B', '#19A0A0']
     """
     result, spare = [], 0
     for _name, series in lines:
         color = series_color(series.labels)
         if color is None:
-            color, spare = f"C{spare}", spare + 1
+            color, spare = OTHERS[spare % len(OTHERS)], spare + 1
         result.append(color)
     return result
 
@@ -105,8 +105,7 @@ def _draw_stat(ax: Axes, panel: PanelData) -> None:
     lines = [(name, s) for target in panel.targets for name, s in target.labelled()]
     names = [n for n, _s in lines]
     values = [s.finite_samples[-1][1] for _n, s in lines]
-    palette = [c if c.startswith("#") else NEUTRAL for c in colors(lines)]
-    bars = ax.barh(names, values, color=palette)
+    bars = ax.barh(names, values, color=colors(lines))
     for bar, value in zip(bars, values, strict=True):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                 " " + format_value(value, panel.unit), va="center", fontsize=9)
