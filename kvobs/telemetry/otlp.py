@@ -2,12 +2,23 @@
 
 The endpoint follows OpenTelemetry's convention for ``OTEL_EXPORTER_OTLP_ENDPOINT``: a
 base URL to which ``/v1/metrics`` is appended. A failed export is counted in the
-recorder's error counter (component ``telemetry.otlp``) and logged; the next interval
-tries again.
+recorder's error counter (component ``telemetry.otlp``, exported as
+``kvobs_instrumentation_errors_total``) and logged; the next interval tries again.
+
+Under faults (tests/reliability/test_otlp_faults.py runs each against a real receiver):
+the engine's thread never touches OTLP; exports run on the reader's one thread, one at a
+time, each bounded by ``timeout_s`` including the exporter's retries (a refused
+connection, a 429/5xx, a receiver that stalls or never answers all end within it), so
+nothing queues and memory stays flat however long the collector is away. The next
+interval collects fresh counters (cumulative), so recovery loses no count. The OTLP
+exporter's own warnings are passed at most once a minute per message, like kvobs's.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -21,6 +32,39 @@ from opentelemetry.sdk.metrics.export import (
 
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
+
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.common.http",
+)
+
+
+class _OncePerInterval(logging.Filter):
+    """Pass each message template at most once per ``interval_s`` (the exporter logs every
+    failed attempt, which during an outage would be a warning every few seconds)."""
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = str(record.msg)
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval_s:
+                return False
+            self._last[key] = now
+        return True
+
+
+def _quiet_exporter_logs() -> None:
+    for name in _EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OncePerInterval) for f in logger.filters):
+            logger.addFilter(_OncePerInterval())
 
 
 class _CountingExporter(MetricExporter):
@@ -68,9 +112,15 @@ def metrics_url(endpoint: str) -> str:
 def otlp_reader(
     endpoint: str, recorder: Recorder, interval_s: float = 10.0, timeout_s: float = 5.0
 ) -> PeriodicExportingMetricReader:
-    """A reader that pushes every ``interval_s`` to ``endpoint`` over OTLP/HTTP."""
+    """A reader that pushes every ``interval_s`` to ``endpoint`` over OTLP/HTTP.
+
+    ``timeout_s`` bounds one export, retries included; a failed one is counted.
+    """
     if not interval_s > 0:
         raise ConfigError(f"OTLP export interval must be > 0 seconds, got {interval_s!r}")
+    if not timeout_s > 0:
+        raise ConfigError(f"OTLP export timeout must be > 0 seconds, got {timeout_s!r}")
+    _quiet_exporter_logs()
     exporter = OTLPMetricExporter(endpoint=metrics_url(endpoint), timeout=timeout_s)
     return PeriodicExportingMetricReader(
         _CountingExporter(exporter, recorder),
