@@ -38,6 +38,7 @@ from vllm.config import (
     KVEventsConfig,
     KVTransferConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
     VllmConfig,
 )
@@ -131,7 +132,8 @@ def build_vllm_config(tmp_path: Path, *, cpu_bytes: int | None, block_size: int 
                       blocks_per_chunk: int = 1, kv_events: bool = False,
                       max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
                       prefix_caching: bool = True,
-                      max_model_len: int = MAX_MODEL_LEN, hybrid: bool = False) -> VllmConfig:
+                      max_model_len: int = MAX_MODEL_LEN, hybrid: bool = False,
+                      tensor_parallel_size: int = 1) -> VllmConfig:
     """The ``VllmConfig`` of a CPU scheduler; ``cpu_bytes`` None = no offloading."""
     model = ModelConfig(model=str(model_dir(tmp_path)), dtype="float16",
                         skip_tokenizer_init=True, max_model_len=max_model_len)
@@ -151,6 +153,8 @@ def build_vllm_config(tmp_path: Path, *, cpu_bytes: int | None, block_size: int 
     with _hybrid_allowed(hybrid):
         return VllmConfig(model_config=model, cache_config=cache, scheduler_config=scheduler,
                           device_config=DeviceConfig(device="cpu"),
+                          parallel_config=ParallelConfig(
+                              tensor_parallel_size=tensor_parallel_size),
                           kv_transfer_config=transfer, kv_events_config=events)
 
 
@@ -179,7 +183,8 @@ def _hybrid_allowed(hybrid: bool) -> Iterator[None]:
 def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | None = 1 << 22,
                     block_size: int = 16, blocks_per_chunk: int = 1, hybrid: bool = False,
                     kv_events: bool = False, max_num_seqs: int = 64,
-                    max_num_batched_tokens: int = 2048) -> Scheduler:
+                    max_num_batched_tokens: int = 2048,
+                    tensor_parallel_size: int = 1) -> Scheduler:
     """A real vLLM 0.33 ``Scheduler`` on CPU, prefix caching and stats on.
 
     Args:
@@ -188,16 +193,19 @@ def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | N
         cpu_bytes: ``cpu_bytes_to_use`` of the ``OffloadingConnector`` (None: no connector).
         block_size: tokens per GPU block; ``blocks_per_chunk`` GPU blocks per host chunk.
         hybrid: full-attention + sliding-window layers (two KV cache groups).
-        kv_events: enable vLLM's KV cache events (publisher ``null``; read them with
-            :meth:`EngineDriver.take_kv_events`).
+        kv_events: enable vLLM's KV cache events (publisher ``null``; the driver keeps
+            what vLLM publishes in :attr:`EngineDriver.kv_events`).
+        tensor_parallel_size: TP workers the connector waits for per job (drive it with
+            ``EngineDriver(workers=tensor_parallel_size)``).
     """
+    groups = 2 if hybrid else 1  # vLLM checks that one request of max_model_len fits
+    max_model_len = min(MAX_MODEL_LEN, (gpu_blocks // groups - 1) * block_size)
     vllm_config = build_vllm_config(tmp_path, cpu_bytes=cpu_bytes, block_size=block_size,
                                     blocks_per_chunk=blocks_per_chunk, kv_events=kv_events,
                                     max_num_seqs=max_num_seqs,
                                     max_num_batched_tokens=max_num_batched_tokens,
-                                    hybrid=hybrid, max_model_len=min(
-                                        MAX_MODEL_LEN,
-                                        (gpu_blocks // (2 if hybrid else 1) - 1) * block_size))
+                                    tensor_parallel_size=tensor_parallel_size, hybrid=hybrid,
+                                    max_model_len=max_model_len)
     specs = layer_specs("hybrid" if hybrid else "full", block_size)
     kv_cache_config = plan_kv_cache(vllm_config, specs, gpu_blocks)
     vllm_config.cache_config.num_gpu_blocks = gpu_blocks
@@ -224,6 +232,8 @@ class EngineDriver:
         transfer_delay: steps between a job's appearance in the connector metadata and
             the worker reporting it complete (0: the same step, like a sync worker).
         workers: TP workers; each reports every job and its share of the bytes.
+        worker_lag: worker ``i`` reports each job ``i * worker_lag`` steps after worker 0
+            (vLLM completes a job once every worker has reported it).
         seconds_per_byte: transfer time the synthetic worker reports.
 
     Truth accumulated from vLLM itself: ``prefix_queries`` / ``prefix_hits`` (its
@@ -234,19 +244,21 @@ class EngineDriver:
     """
 
     def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
-                 seconds_per_byte: float = 1e-10) -> None:
+                 worker_lag: int = 0, seconds_per_byte: float = 1e-10) -> None:
         self.scheduler = scheduler
         self.transfer_delay = transfer_delay
         self.workers = workers
+        self.worker_lag = worker_lag
         self.seconds_per_byte = seconds_per_byte
         self.block_size = scheduler.block_size
         self.hasher = get_request_block_hasher(self.block_size, sha256)
         self.steps = 0
-        # (due step, job id, is_store, bytes, request id of an async load or None)
-        self.due: list[tuple[int, int, bool, int, str | None]] = []
+        # (due step, worker, job id, is_store, bytes, request id of an async load or None)
+        self.due: list[tuple[int, int, int, bool, int, str | None]] = []
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.preempted_queries = 0
+        self.preempted_requests = 0
         self.connector_queries = 0
         self.connector_hits = 0
         self.vllm_store_bytes = 0
@@ -313,14 +325,11 @@ class EngineDriver:
         stores = list(getattr(meta, "store_jobs", {}) or {})
         loads = list(getattr(meta, "load_jobs", {}) or {})
         for job_id in stores:
-            self.due.append((self.steps + self.transfer_delay, job_id, True,
-                             self._job_bytes(meta.store_jobs[job_id], True), None))
+            self._submit(job_id, True, meta.store_jobs[job_id], self.transfer_delay)
         for job_id in loads:
             job = meta.load_jobs[job_id]
             # A sync load completes before this step's forward pass; an async one later.
-            delay = 0 if job.sync else self.transfer_delay
-            self.due.append((self.steps + delay, job_id, False, self._job_bytes(job, False),
-                             None if job.sync else job.req_id))
+            self._submit(job_id, False, job, 0 if job.sync else self.transfer_delay)
         connector_output = None
         if self.connector_scheduler is not None:
             worker_meta, loaded = self._worker_meta()
@@ -362,27 +371,36 @@ class EngineDriver:
             chunk_bytes = size // num if num else 0
         return chunks * chunk_bytes
 
+    def _submit(self, job_id: int, is_store: bool, job: Any, delay: int) -> None:
+        share = self._job_bytes(job, is_store) // self.workers  # each worker moves its shard
+        req = None if is_store or job.sync else job.req_id
+        for worker in range(self.workers):
+            self.due.append((self.steps + delay + worker * self.worker_lag, worker, job_id,
+                             is_store, share, req))
+
     def _worker_meta(self) -> tuple[OffloadingWorkerMetadata, set[str]]:
         """What the workers report this step, aggregated as the engine core does, and
-        the requests whose async loads finished (``finished_recving``)."""
+        the requests whose async loads every worker finished (``finished_recving``)."""
         ready = [d for d in self.due if d[0] <= self.steps]
         self.due = [d for d in self.due if d[0] > self.steps]
-        merged: OffloadingWorkerMetadata | None = None
-        for _ in range(self.workers):
+        merged = OffloadingWorkerMetadata()
+        for worker in range(self.workers):
             stats = TransferStats()
-            for _, _, is_store, nbytes, _ in ready:
-                share = nbytes // self.workers
+            completed = {}
+            for _, w, job_id, is_store, share, _ in ready:
+                if w != worker:
+                    continue
                 side = stats.store if is_store else stats.load
                 side.record(share, share * self.seconds_per_byte)
+                completed[job_id] = 1
                 if is_store:
                     self.reported_store_bytes += share
                 else:
                     self.reported_load_bytes += share
-            meta = OffloadingWorkerMetadata(
-                completed_jobs={job: 1 for _, job, _, _, _ in ready}, transfer_stats=stats)
-            merged = meta if merged is None else merged.aggregate(meta)  # type: ignore[assignment]
-        assert merged is not None
-        return merged, {req for *_, req in ready if req is not None}
+            meta = OffloadingWorkerMetadata(completed_jobs=completed, transfer_stats=stats)
+            merged = merged.aggregate(meta)  # type: ignore[assignment]
+        still_loading = {d[5] for d in self.due}
+        return merged, {d[5] for d in ready if d[5] is not None and d[5] not in still_loading}
 
     def _read_stats(self, engine_outputs: Any) -> Any:
         stats = None
@@ -396,6 +414,7 @@ class EngineDriver:
             self.prefix_queries += prefix.queries
             self.prefix_hits += prefix.hits
             self.preempted_queries += getattr(prefix, "preempted_queries", 0)
+            self.preempted_requests += getattr(prefix, "preempted_requests", 0)
         external = getattr(stats, "connector_prefix_cache_stats", None)
         if external is not None:
             self.connector_queries += external.queries

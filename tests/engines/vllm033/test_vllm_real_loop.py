@@ -1,0 +1,350 @@
+"""kvobs inside a real vLLM 0.33 engine loop: a real Scheduler with the real
+OffloadingConnector on CPU, driven step by step (see vllm_engine), instrumented through
+``instrument_scheduler``. At every step the conformance kit checks kvobs against vLLM's
+own state, and the totals are compared with vLLM's own figures: PrefixCacheStats, the
+connector's stats (host hits, store / load bytes) and the KV cache events by medium.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from structlog.testing import capture_logs
+from vllm_engine import EngineDriver, build_scheduler, build_vllm_config, layer_specs, plan_kv_cache
+
+from kvobs.adapters.vllm import gpu_tier_capacity, instrument_scheduler
+from kvobs.adapters.vllm.manager import VllmInstrumentation
+from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
+from kvobs.testing import Conformance, capture_telemetry
+
+CHUNK_BYTES = 16384  # one GPU block of the test model (2 layers, fp16) = one host chunk
+
+
+def instrumented(driver: EngineDriver) -> tuple[Recorder, VllmInstrumentation, Conformance]:
+    rec = Recorder(engine="vllm", model="test")
+    inst = instrument_scheduler(driver.scheduler, rec)
+    assert inst.active
+    return rec, inst, Conformance(rec, truth=driver.truth)
+
+
+def conversations(driver: EngineDriver, check: Callable[[str], Any], *, chats: int = 8,
+                  turns: int = 4, seed: int = 0, concurrent: int = 2) -> None:
+    """Chats sharing a system prompt; each turn returns with its history plus new tokens.
+
+    Turns of different chats interleave, so a chat's earlier turns are evicted from the
+    GPU by the time it returns and come back from the host tier.
+    """
+    rnd = random.Random(seed)
+    system = [rnd.randrange(1000) for _ in range(48)]
+    histories = {c: list(system) for c in range(chats)}
+    for turn in range(turns):
+        for chat in range(chats):
+            histories[chat] += [rnd.randrange(1000) for _ in range(rnd.randrange(16, 48))]
+            driver.add(f"chat{chat}-turn{turn}", histories[chat], max_tokens=rnd.randrange(2, 8))
+            while len(driver.scheduler.running) + len(driver.scheduler.waiting) >= concurrent:
+                driver.step()
+                check(f"step {driver.steps}")
+    while driver.busy:
+        driver.step()
+        check(f"step {driver.steps}")
+
+
+def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineDriver) -> None:
+    """kvobs's totals against vLLM's own figures, once the engine is idle."""
+    snap = rec.snapshot()
+    gpu, host = snap.tier("gpu"), snap.tier("host")
+    offload, onload = snap.link("gpu", "host"), snap.link("host", "gpu")
+    events = driver.events_by_medium()
+    # Prefix cache: vLLM's PrefixCacheStats (non-preempted requests) and the connector's.
+    assert snap.lookups.tokens == driver.prefix_queries
+    assert snap.lookups.gpu_hit == driver.prefix_hits
+    assert snap.lookups.host_hit == driver.connector_hits
+    # KV cache events by medium.
+    pool = inst.part("vllm.block_pool")
+    assert pool is not None and pool.hashes_gained == events.get(("BlockStored", "GPU"), 0)
+    assert gpu.evictions["capacity"] + gpu.evictions["explicit"] == \
+        events.get(("BlockRemoved", "GPU"), 0)
+    assert host.stores == events.get(("BlockStored", "CPU"), 0)
+    assert host.evictions["capacity"] == events.get(("BlockRemoved", "CPU"), 0)
+    # Transfers: host stores are the gpu->host chunks that landed; bytes are vLLM's.
+    assert host.stores == offload.blocks
+    assert offload.bytes == driver.vllm_store_bytes == driver.reported_store_bytes
+    assert onload.bytes == driver.vllm_load_bytes == driver.reported_load_bytes
+    assert onload.blocks * CHUNK_BYTES == onload.bytes
+    assert offload.seconds == onload.seconds == 0.0  # durations come from the worker side
+    assert snap.errors == {}
+
+
+def test_returning_conversations_equal_vllm_at_every_step(tmp_path):
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES,
+                                          kv_events=True), transfer_delay=3)
+    rec, inst, kit = instrumented(driver)
+
+    conversations(driver, kit.check)
+
+    assert_equals_vllm(rec, inst, driver)
+    snap = rec.snapshot()
+    assert snap.lookups.gpu_hit > 0 and snap.lookups.host_hit > 0, "both tiers must hit"
+    assert snap.tier("gpu").evictions["capacity"] > 0 and snap.link("host", "gpu").blocks > 0
+    assert snap.thrash.onloads_in_window > 0  # offloaded, then onloaded within the window
+    with capture_telemetry(rec) as telemetry:
+        for name, labels in [
+            ("kvobs_transfer_blocks_total", {"src_tier": "gpu", "dst_tier": "host"}),
+            ("kvobs_transfer_bytes_total", {"src_tier": "host", "dst_tier": "gpu"}),
+            ("kvobs_transfer_operations_total", {"src_tier": "host", "dst_tier": "gpu"}),
+            ("kvobs_block_stores_total", {"tier": "host"}),
+            ("kvobs_block_reuses_total", {"tier": "host"}),
+            ("kvobs_block_evictions_total", {"tier": "gpu"}),
+            ("kvobs_lookup_tokens_total", {"outcome": "host_hit"}),
+            ("kvobs_tier_resident_blocks", {"tier": "host"}),
+        ]:
+            assert telemetry.value(name, **labels) > 0, (name, labels)
+
+
+def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path):
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=24, cpu_bytes=128 * CHUNK_BYTES),
+                          transfer_delay=1)
+    rec, inst, kit = instrumented(driver)
+    rnd = random.Random(1)
+    for i in range(8):
+        driver.add(f"long-{i}", [rnd.randrange(1000) for _ in range(90)], max_tokens=60)
+    while driver.busy:
+        driver.step()
+        kit.check(f"step {driver.steps}")
+
+    assert driver.preempted_requests > 0, "the small pool must preempt"
+    snap = rec.snapshot()
+    assert snap.lookups.lookups == 8  # first admissions only, as vLLM's queries / hits
+    assert snap.lookups.tokens == driver.prefix_queries
+    assert snap.lookups.gpu_hit == driver.prefix_hits
+    lookups = inst.part("vllm.kv_cache_manager")
+    assert getattr(lookups, "preempted_lookups", None) == driver.preempted_requests
+    assert snap.errors == {}
+
+
+def test_full_host_tier_drops_each_refused_chunk_once(tmp_path):
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=6 * CHUNK_BYTES,
+                                          kv_events=True), transfer_delay=4)
+    rec, inst, kit = instrumented(driver)
+    manager = driver.offloading_manager
+    refused: set[Any] = set()
+    offers = {"refused": 0}
+    prepare_store, complete_store = manager.prepare_store, manager.complete_store
+
+    def prepare_store_truth(keys, req_context):  # outside kvobs's wrapper: vLLM's answer
+        keys = list(keys)
+        new = [k for k in keys if manager._policy.get(k) is None]
+        out = prepare_store(keys, req_context)
+        if out is None:
+            offers["refused"] += len(new)
+            refused.update(new)
+        return out
+
+    def complete_store_truth(keys, req_context, success=True):
+        keys = list(keys)
+        complete_store(keys, req_context, success)
+        if success:
+            refused.difference_update(k for k in keys if manager._policy.get(k) is not None)
+
+    manager.prepare_store, manager.complete_store = prepare_store_truth, complete_store_truth
+    distinct = 0
+    rnd = random.Random(2)
+    for i in range(6):
+        driver.add(f"r{i}", [rnd.randrange(1000) for _ in range(70)], max_tokens=6)
+    while driver.busy:
+        before = set(refused)
+        driver.step()
+        distinct += len(refused - before)
+        kit.check(f"step {driver.steps}")
+
+    drops = rec.snapshot().link("gpu", "host").drops
+    assert offers["refused"] > distinct > 0, "vLLM must re-offer refused chunks"
+    assert drops == distinct
+    assert_equals_vllm(rec, inst, driver)
+
+
+def test_tp_workers_reporting_in_different_steps(tmp_path):
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=512 * CHUNK_BYTES,
+                                          kv_events=True, tensor_parallel_size=2),
+                          transfer_delay=1, workers=2, worker_lag=2)
+    rec, inst, kit = instrumented(driver)
+
+    conversations(driver, kit.check, chats=4, turns=3, seed=3)
+
+    assert_equals_vllm(rec, inst, driver)
+    completed_stores = sum(len(step.store_jobs) for step in driver.history)
+    assert rec.snapshot().link("gpu", "host").operations == completed_stores > 0
+
+
+def test_hybrid_model_runs_conformant_with_shared_backing_bytes(tmp_path):
+    scheduler = build_scheduler(tmp_path, gpu_blocks=80, cpu_bytes=256 * CHUNK_BYTES,
+                                hybrid=True, kv_events=True)
+    config = scheduler.kv_cache_manager.kv_cache_config
+    assert len(config.kv_cache_groups) == 2  # full attention + sliding window
+    driver = EngineDriver(scheduler, transfer_delay=2)
+    rec, inst, kit = instrumented(driver)
+
+    conversations(driver, kit.check, chats=4, turns=3, seed=4)
+
+    assert_equals_vllm(rec, inst, driver)
+    gpu = rec.snapshot().tier("gpu")
+    backing = config.kv_cache_tensors[0].size
+    assert gpu.block_bytes * config.num_blocks == backing
+    assert sum(t.size for t in config.kv_cache_tensors) == 2 * backing  # summing doubles it
+    assert rec.snapshot().errors == {}
+
+
+@pytest.mark.parametrize(("kind", "layers", "block_bytes"), [
+    ("full", 2, 2 * 2 * 16 * 2 * 64 * 2),    # K and V x tokens x kv heads x head dim x fp16
+    ("hybrid", 4, 2 * 2 * 16 * 2 * 64 * 2),  # a block holds one group's two layers
+    ("mla", 3, 3 * 16 * 576 * 2),            # one latent (512 + 64) per token per layer
+])
+def test_gpu_bytes_per_block_from_vllms_planner(tmp_path, kind, layers, block_bytes):
+    vllm_config = build_vllm_config(tmp_path, cpu_bytes=None, hybrid=kind == "hybrid",
+                                    max_model_len=256)
+    config = plan_kv_cache(vllm_config, layer_specs(kind, 16, layers), 64)
+    gpu = gpu_tier_capacity(config)
+    assert (gpu.blocks, gpu.block_tokens, gpu.block_bytes) == (63, 16, block_bytes)
+
+
+def test_scrapes_inside_vllms_own_calls_are_never_torn(tmp_path):
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES),
+                          transfer_delay=2)
+    rec, _, kit = instrumented(driver)
+    pool = driver.block_pool
+    inside = Conformance(rec, flows=False, stores_match_transfers=False)  # bounds, monotonic
+    queue = pool.free_block_queue
+    seen = {"scrapes": 0, "torn_by_free_count": 0}
+
+    def scraping(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(blocks: Any) -> Any:
+            inside.check("inside free_blocks")
+            seen["scrapes"] += 1
+            gpu = rec.snapshot().tier("gpu")
+            # What a reading of the free count would say here (the old way): torn.
+            by_count = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+            seen["torn_by_free_count"] += by_count + gpu.cached_blocks > gpu.capacity_blocks
+            return method(blocks)
+        return call
+
+    queue.append_n, queue.prepend_n = scraping(queue.append_n), scraping(queue.prepend_n)
+    conversations(driver, kit.check, chats=6, turns=3, seed=5)
+
+    assert seen["scrapes"] > 20
+    assert seen["torn_by_free_count"] > 0, "the scrapes must land in the torn window"
+
+
+def fingerprint(obj: Any, depth: int = 0) -> Any:
+    """A plain, comparable form of vLLM's outputs (timestamps left out)."""
+    if depth > 12:
+        return "..."
+    if isinstance(obj, (str, int, float, bool, type(None))):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return obj.name
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, dict):
+        return sorted((repr(k), fingerprint(v, depth + 1)) for k, v in obj.items()
+                      if not (isinstance(k, str) and _is_clock(k)))
+    if isinstance(obj, (set, frozenset)):
+        return sorted(repr(fingerprint(v, depth + 1)) for v in obj)
+    if isinstance(obj, (list, tuple)):
+        return [fingerprint(v, depth + 1) for v in obj]
+    if dataclasses.is_dataclass(obj):
+        names = [f.name for f in dataclasses.fields(obj)]
+    else:
+        names = sorted(getattr(obj, "__slots__", ()) or vars(obj) if hasattr(obj, "__dict__")
+                       or hasattr(obj, "__slots__") else ())
+    fields = {n: getattr(obj, n, None) for n in names if not _is_clock(n)}
+    return [type(obj).__name__, fingerprint(fields, depth + 1)]
+
+
+def _is_clock(name: str) -> bool:
+    return name in ("ts", "timestamp", "timestamps") or name.endswith(
+        ("_time", "_ts", "_ms", "_timestamp", "time_s", "_seconds"))
+
+
+def run_fingerprints(tmp_path, setup: Callable[[EngineDriver], Any] | None = None) -> list[Any]:
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=32 * CHUNK_BYTES),
+                          transfer_delay=2)
+    if setup is not None:
+        setup(driver)
+    conversations(driver, lambda step: None, chats=5, turns=3, seed=6)
+    return [(fingerprint(r.scheduler_output), fingerprint(r.engine_outputs))
+            for r in driver.history]
+
+
+def test_kvobs_faults_leave_vllms_outputs_identical_and_are_counted(tmp_path, monkeypatch):
+    plain = run_fingerprints(tmp_path / "a")
+    assert plain == run_fingerprints(tmp_path / "b"), "the loop must be deterministic"
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("kvobs reader broken")
+
+    recorders = []
+
+    def faulty(driver: EngineDriver) -> None:
+        rec = Recorder(engine="vllm")
+        instrument_scheduler(driver.scheduler, rec)
+        rec.lookup = broken  # type: ignore[method-assign]
+        recorders.append(rec)
+
+    monkeypatch.setattr(LinkRecorder, "transfer", broken)
+    monkeypatch.setattr(TierRecorder, "store", broken)
+    monkeypatch.setattr(TierRecorder, "reuse", broken)
+    with capture_logs() as logs:
+        assert run_fingerprints(tmp_path / "c", faulty) == plain
+    errors = recorders[0].snapshot().errors
+    assert errors["vllm.offloading_connector"] > 0
+    assert errors["vllm.cpu_offloading_manager"] > 0
+    assert errors["vllm.kv_cache_manager"] > 0
+    assert errors["vllm.block_pool"] > 0
+    assert any(e["event"] == "instrumentation_error" for e in logs)
+
+
+def test_unknown_connector_version_instruments_nothing_and_names_the_attribute(tmp_path,
+                                                                               monkeypatch):
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=32 * CHUNK_BYTES))
+    side = driver.connector_scheduler
+    threshold = side._stale_job_threshold
+    monkeypatch.delattr(side, "_stale_job_threshold")  # what a changed vLLM would lack
+    rec = Recorder(engine="vllm")
+    with capture_logs() as logs:
+        inst = instrument_scheduler(driver.scheduler, rec)
+    side._stale_job_threshold = threshold
+    connector = inst.part("vllm.offloading_connector")
+    assert connector is not None and not connector.active
+    assert connector.wrapped_methods == () and not inst.active
+    assert "update_connector_output" not in vars(side)
+    warning = next(e for e in logs if e["event"] == "kvobs_adapter_unsupported_version")
+    assert any("_stale_job_threshold" in problem for problem in warning["problems"])
+    kit = Conformance(rec, truth=driver.truth, stores_match_transfers=False)
+    conversations(driver, kit.check, chats=3, turns=2, seed=7)
+    assert rec.snapshot().link("gpu", "host").blocks == 0  # nothing half-counted
+    assert rec.snapshot().tier("host").stores > 0  # the parts kvobs knows still count
+
+
+def test_reset_prefix_cache_counts_once_and_never_takes_back(tmp_path):
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=64 * CHUNK_BYTES),
+                          transfer_delay=1)
+    rec, _, kit = instrumented(driver)
+    driver.add("running", list(range(100)), max_tokens=20)
+    driver.step()
+    assert not driver.scheduler.kv_cache_manager.block_pool.reset_prefix_cache()  # in use
+    kit.check("refused reset")
+    assert rec.snapshot().tier("gpu").evictions["reset"] == 0
+    while driver.busy:
+        driver.step()
+        kit.check(f"step {driver.steps}")
+    cached = driver.gpu_state()[1]
+    assert cached > 0
+    assert driver.scheduler.kv_cache_manager.block_pool.reset_prefix_cache()
+    snap = kit.check("after reset")
+    assert snap.tier("gpu").evictions["reset"] == cached and snap.tier("gpu").cached_blocks == 0
