@@ -2,8 +2,12 @@
 
 With a GPU and the ``nvml`` extra (``nvidia-ml-py``), every collection reads device
 memory total/used and the current PCIe link, and derives the link's peak bandwidth per
-direction. Without them, :func:`nvml_source` logs one info line and returns None: no
-series are exported rather than zeros that would look like a real, empty GPU.
+direction from its *maximum* generation and width: an idle GPU downshifts its link
+(often to Gen1), so the current generation would make the "peak" line drop whenever the
+GPU rests. Without NVML, :func:`nvml_source` logs one info line and returns None: no
+series are exported rather than zeros that would look like a real, empty GPU. Likewise
+a value NVML does not know (a query that is not supported, an unknown generation) gives
+no series for that device rather than a 0.
 
 Example:
     >>> pcie_peak_bytes_per_second(generation=4, width=16)
@@ -28,10 +32,29 @@ _PCIE_LANE = {
 }
 
 
-def pcie_peak_bytes_per_second(generation: int, width: int) -> int:
-    """Raw peak bandwidth of a PCIe link in one direction, in bytes per second."""
-    gt_per_s, efficiency = _PCIE_LANE.get(generation, (0.0, 0.0))
+#: NVML answers 0xFFFFFFFF (or 0) where it cannot tell.
+_UNKNOWN = (0, 0xFFFFFFFF)
+
+
+def pcie_peak_bytes_per_second(generation: int, width: int) -> int | None:
+    """Raw peak bandwidth of a PCIe link in one direction, in bytes per second.
+
+    None for a generation or width that is not known (not 0, which reads as a real link).
+    """
+    lane = _PCIE_LANE.get(generation)
+    if lane is None or width in _UNKNOWN or width < 0:
+        return None
+    gt_per_s, efficiency = lane
     return int(gt_per_s * 1e9 * efficiency / 8 * width)
+
+
+def _known(read: Any, handle: Any) -> int | None:
+    """``read(handle)``, or None when NVML cannot tell (not supported, unknown value)."""
+    try:
+        value = int(read(handle))
+    except Exception:  # NVMLError_NotSupported (C2C-attached GPUs, some VMs)...
+        return None
+    return None if value in _UNKNOWN or value < 0 else value
 
 
 class NvmlSource:
@@ -42,6 +65,7 @@ class NvmlSource:
         self._handles = [
             nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())
         ]
+        self._peak: dict[int, int] = {}
 
     def __call__(self) -> Mapping[str, list[tuple[Labels, float]]]:
         nvml = self._nvml
@@ -49,19 +73,24 @@ class NvmlSource:
         for index, handle in enumerate(self._handles):
             device = {"device": str(index)}
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            generation = nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)
-            width = nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)
+            peak = self._peak.get(index)
+            if peak is None:  # the maximum link never changes: read it until known
+                generation = _known(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
+                width = _known(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
+                if generation is not None and width is not None:
+                    peak = pcie_peak_bytes_per_second(generation, width)
+                    if peak is not None:
+                        self._peak[index] = peak
             for name, value in (
                 ("kvobs_gpu_memory_total_bytes", memory.total),
                 ("kvobs_gpu_memory_used_bytes", memory.used),
-                ("kvobs_pcie_link_generation", generation),
-                ("kvobs_pcie_link_width", width),
-                (
-                    "kvobs_pcie_peak_bandwidth_bytes_per_second",
-                    pcie_peak_bytes_per_second(generation, width),
-                ),
+                ("kvobs_pcie_link_generation",
+                 _known(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)),
+                ("kvobs_pcie_link_width", _known(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle)),
+                ("kvobs_pcie_peak_bandwidth_bytes_per_second", peak),
             ):
-                series.setdefault(name, []).append((device, value))
+                if value is not None:
+                    series.setdefault(name, []).append((device, value))
         return series
 
 

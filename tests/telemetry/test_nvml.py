@@ -15,7 +15,8 @@ def test_pcie_peak_per_direction():
     assert pcie_peak_bytes_per_second(3, 16) == 15_753_846_153  # 8 GT/s, 128b/130b, x16
     assert pcie_peak_bytes_per_second(5, 16) == 63_015_384_615
     assert pcie_peak_bytes_per_second(4, 8) == pcie_peak_bytes_per_second(4, 16) // 2
-    assert pcie_peak_bytes_per_second(99, 16) == 0
+    assert pcie_peak_bytes_per_second(99, 16) is None  # unknown: no series, not a 0
+    assert pcie_peak_bytes_per_second(4, 0xFFFFFFFF) is None
 
 
 def test_absent_nvml_logs_once_and_exports_nothing():
@@ -32,16 +33,75 @@ def test_absent_nvml_logs_once_and_exports_nothing():
     bridge.shutdown()
 
 
+class NVMLError_NotSupported(Exception):
+    pass
+
+
 def fake_nvml(devices):
-    """The NVML library needs a GPU driver; this stands in for its Python binding only."""
+    """The NVML library needs a GPU driver; this stands in for its Python binding only.
+
+    A device is a dict: ``gen``/``width`` the current link, ``max_gen``/``max_width`` the
+    maximum (default: the current one); a value that is an exception is raised.
+    """
     memory = namedtuple("Memory", "total used free")
+    calls = {"max": 0}
+
+    def read(key, fallback=None):
+        def get(d):
+            if key.startswith("max"):
+                calls["max"] += 1
+            value = d.get(key, d.get(fallback)) if fallback else d[key]
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        return get
+
     return types.SimpleNamespace(
+        calls=calls,
         nvmlDeviceGetCount=lambda: len(devices),
         nvmlDeviceGetHandleByIndex=lambda i: devices[i],
         nvmlDeviceGetMemoryInfo=lambda d: memory(d["total"], d["used"], d["total"] - d["used"]),
-        nvmlDeviceGetCurrPcieLinkGeneration=lambda d: d["gen"],
-        nvmlDeviceGetCurrPcieLinkWidth=lambda d: d["width"],
+        nvmlDeviceGetCurrPcieLinkGeneration=read("gen"),
+        nvmlDeviceGetCurrPcieLinkWidth=read("width"),
+        nvmlDeviceGetMaxPcieLinkGeneration=read("max_gen", "gen"),
+        nvmlDeviceGetMaxPcieLinkWidth=read("max_width", "width"),
     )
+
+
+def by_device(series, name):
+    return {labels["device"]: v for labels, v in series.get(name, [])}
+
+
+def test_peak_uses_the_maximum_link_not_the_downshifted_one():
+    # An idle H200 on a Gen5 x16 slot: the link rests at Gen1 and may narrow.
+    idle = {"total": 141 * 2**30, "used": 0, "gen": 1, "width": 16, "max_gen": 5,
+            "max_width": 16}
+    nvml = fake_nvml([idle])
+    source = NvmlSource(nvml)
+    series = source()
+    assert by_device(series, "kvobs_pcie_peak_bandwidth_bytes_per_second") == {
+        "0": 63_015_384_615}
+    assert by_device(series, "kvobs_pcie_link_generation") == {"0": 1}  # current, as named
+    idle["gen"] = 5  # the GPU wakes up: the peak line does not move
+    again = source()
+    assert by_device(again, "kvobs_pcie_peak_bandwidth_bytes_per_second") == {"0": 63_015_384_615}
+    assert by_device(again, "kvobs_pcie_link_generation") == {"0": 5}
+    assert nvml.calls["max"] == 2  # the maximum is read once, then kept
+
+
+def test_unknown_link_values_export_no_series():
+    unknown_gen = {"total": 2**30, "used": 0, "gen": 7, "width": 16, "max_gen": 7}
+    unsupported = {"total": 2**30, "used": 0, "gen": NVMLError_NotSupported(),
+                   "width": NVMLError_NotSupported(), "max_gen": NVMLError_NotSupported(),
+                   "max_width": NVMLError_NotSupported()}
+    sentinel = {"total": 2**30, "used": 0, "gen": 4, "width": 0xFFFFFFFF,
+                "max_width": 0xFFFFFFFF}
+    series = NvmlSource(fake_nvml([unknown_gen, unsupported, sentinel]))()
+    assert by_device(series, "kvobs_pcie_peak_bandwidth_bytes_per_second") == {}
+    assert by_device(series, "kvobs_pcie_link_generation") == {"0": 7, "2": 4}
+    assert by_device(series, "kvobs_pcie_link_width") == {"0": 16}
+    assert set(by_device(series, "kvobs_gpu_memory_total_bytes")) == {"0", "1", "2"}
 
 
 def test_source_reads_every_device():
