@@ -216,6 +216,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Offloaded blocks evicted from the host tier before any reuse (wasted offloads).",
     ),
     _c(
+        "kvobs_thrash_untracked_blocks_total",
+        "{block}",
+        (),
+        "Offloaded blocks the thrash tracker forgot (it keeps the newest 2^18): their later "
+        "onloads and evictions are not counted as thrash, reuse or waste.",
+    ),
+    _c(
         "kvobs_prefill_saved_seconds_total",
         "s",
         _T,

@@ -81,6 +81,7 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
     add("kvobs_thrash_onloads_total", {}, snap.thrash.onloads_in_window)
     add("kvobs_offloaded_reused_blocks_total", {}, snap.thrash.offloaded_reused)
     add("kvobs_offloaded_evicted_unused_blocks_total", {}, snap.thrash.offloaded_evicted_unused)
+    add("kvobs_thrash_untracked_blocks_total", {}, snap.thrash.untracked_blocks)
     for component, count in snap.errors.items():
         add("kvobs_instrumentation_errors_total", {"component": component}, count)
     add("kvobs_telemetry_dropped_samples_total", {}, snap.dropped_samples)
