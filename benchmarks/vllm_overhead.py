@@ -1,9 +1,13 @@
 """Cost of kvobs's vLLM adapter on the allocator hot path, side by side in one run.
 
 Times a ``BlockPool.get_new_blocks(n)`` + ``free_blocks`` cycle (prefix caching on) on
-three pools built alike: raw, instrumented by kvobs, and with vLLM's own
-``KVCacheMetricsCollector`` (sampling 1%) for reference. Many short rounds alternate the
-order (A B C, C B A ...) so drift hits all pools alike. On a shared machine most rounds
+four pools built alike: raw, instrumented by kvobs, wrapped by a bare pass-through that
+only does ``counter += num_blocks`` (the floor any Python wrapper pays: kvobs's target
+is that ratio, not 1.00), and with vLLM's own ``KVCacheMetricsCollector`` (sampling 1%)
+for reference. This is the worst case for kvobs (the one hot-path hook, nothing else
+around it); ``benchmarks/vllm_scheduler_overhead.py`` times the real scheduler loop.
+Many short rounds alternate the order (A B C D, D C B A ...) so drift hits all pools
+alike. On a shared machine most rounds
 are disturbed by other processes, so each pool's figure is its fastest round (the cost
 of the code itself) and the ratio compares those; the median ratio of paired rounds is
 printed too, as a noise gauge.
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_metrics import KVCacheMetricsCollector
 
@@ -34,14 +39,37 @@ from kvobs.recorder import Recorder
 POOL_BLOCKS = 4096
 
 
+class _Counter:
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def bare_wrapper(pool: BlockPool) -> _Counter:
+    """Shadow ``pool.get_new_blocks`` with a wrapper that only adds to a counter."""
+    counter = _Counter()
+    original = pool.get_new_blocks
+
+    def get_new_blocks(num_blocks: int) -> Any:
+        blocks = original(num_blocks)
+        counter.n += num_blocks
+        return blocks
+
+    pool.get_new_blocks = get_new_blocks  # type: ignore[method-assign]
+    return counter
+
+
 def build_pools() -> dict[str, BlockPool]:
-    """Raw, kvobs-instrumented and vLLM-collector pools of the same size."""
+    """Raw, kvobs-instrumented, bare-wrapped and vLLM-collector pools of the same size."""
     raw = BlockPool(POOL_BLOCKS, enable_caching=True, hash_block_size=16)
     kvobs = BlockPool(POOL_BLOCKS, enable_caching=True, hash_block_size=16)
     instrument_block_pool(kvobs, Recorder(engine="vllm", model="bench"))
+    bare = BlockPool(POOL_BLOCKS, enable_caching=True, hash_block_size=16)
+    bare_wrapper(bare)
     vllm_metrics = BlockPool(POOL_BLOCKS, enable_caching=True, hash_block_size=16,
                              metrics_collector=KVCacheMetricsCollector(sample_rate=0.01))
-    return {"raw": raw, "kvobs": kvobs, "vllm_collector": vllm_metrics}
+    return {"raw": raw, "kvobs": kvobs, "bare_wrapper": bare, "vllm_collector": vllm_metrics}
 
 
 def time_cycles(pool: BlockPool, blocks: int, cycles: int) -> float:
@@ -87,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=200, help="cycles per pool per round")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)
     if args.rounds < 1 or args.cycles < 1:
         parser.error("--rounds and --cycles must be >= 1")
     one = measure(1, args.rounds, args.cycles)
@@ -94,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "ratio_1_block": one["ratio"]["kvobs"],
         "ratio_16_blocks": sixteen["ratio"]["kvobs"],
+        "bare_wrapper_ratio_1_block": one["ratio"]["bare_wrapper"],
+        "bare_wrapper_ratio_16_blocks": sixteen["ratio"]["bare_wrapper"],
         "vllm_collector_ratio_1_block": one["ratio"]["vllm_collector"],
         "vllm_collector_ratio_16_blocks": sixteen["ratio"]["vllm_collector"],
         "ns_per_cycle_1_block": one["ns_per_cycle"],
@@ -105,13 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{'cycle':<34}{'raw ns':>8}{'kvobs':>9}{'vLLM collector':>16}{'(median kvobs)':>16}")
+    print(f"{'cycle':<34}{'raw ns':>8}{'kvobs':>9}{'bare +=':>9}{'vLLM collector':>16}"
+          f"{'(median kvobs)':>16}")
     for label, data in (("get_new_blocks(1) + free_blocks", one),
                         ("get_new_blocks(16) + free_blocks", sixteen)):
         ns, ratio, median = data["ns_per_cycle"], data["ratio"], data["median_ratio"]
         print(f"{label:<34}{ns['raw']:>8.0f}{ratio['kvobs']:>8.3f}x"
-              f"{ratio['vllm_collector']:>15.3f}x{median['kvobs']:>15.3f}x")
-    print(f"(fastest of {args.rounds} alternating rounds; target for kvobs: <= 1.05x)")
+              f"{ratio['bare_wrapper']:>8.3f}x{ratio['vllm_collector']:>15.3f}x"
+              f"{median['kvobs']:>15.3f}x")
+    print(f"(fastest of {args.rounds} alternating rounds; target for kvobs: the bare "
+          "wrapper's ratio)")
     return 0
 
 

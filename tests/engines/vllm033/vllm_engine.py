@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -235,6 +236,8 @@ class EngineDriver:
         worker_lag: worker ``i`` reports each job ``i * worker_lag`` steps after worker 0
             (vLLM completes a job once every worker has reported it).
         seconds_per_byte: transfer time the synthetic worker reports.
+        keep_history: keep every step's :class:`StepRecord` in ``history`` (benchmarks
+            turn it off).
 
     Truth accumulated from vLLM itself: ``prefix_queries`` / ``prefix_hits`` (its
     ``PrefixCacheStats``), ``connector_queries`` / ``connector_hits`` (the connector's
@@ -244,15 +247,18 @@ class EngineDriver:
     """
 
     def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
-                 worker_lag: int = 0, seconds_per_byte: float = 1e-10) -> None:
+                 worker_lag: int = 0, seconds_per_byte: float = 1e-10,
+                 keep_history: bool = True) -> None:
         self.scheduler = scheduler
         self.transfer_delay = transfer_delay
         self.workers = workers
         self.worker_lag = worker_lag
+        self.keep_history = keep_history
         self.seconds_per_byte = seconds_per_byte
         self.block_size = scheduler.block_size
         self.hasher = get_request_block_hasher(self.block_size, sha256)
         self.steps = 0
+        self.scheduler_seconds = 0.0  # inside schedule() + update_from_output() only
         # (due step, worker, job id, is_store, bytes, request id of an async load or None)
         self.due: list[tuple[int, int, int, bool, int, str | None]] = []
         self.prefix_queries = 0
@@ -320,7 +326,9 @@ class EngineDriver:
     # -- one step -------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """``schedule()``, a synthesized model-runner output, ``update_from_output()``."""
+        started = time.perf_counter()
         out = self.scheduler.schedule()
+        self.scheduler_seconds += time.perf_counter() - started
         meta = out.kv_connector_metadata
         stores = list(getattr(meta, "store_jobs", {}) or {})
         loads = list(getattr(meta, "load_jobs", {}) or {})
@@ -340,11 +348,14 @@ class EngineDriver:
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=[self._sampled(out, r) for r in ids],
             kv_connector_output=connector_output)
+        started = time.perf_counter()
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
+        self.scheduler_seconds += time.perf_counter() - started
         stats = self._read_stats(engine_outputs)
         self.steps += 1
         record = StepRecord(out, engine_outputs, stats, stores, loads)
-        self.history.append(record)
+        if self.keep_history:
+            self.history.append(record)
         return record
 
     def run(self, max_steps: int = 500) -> int:

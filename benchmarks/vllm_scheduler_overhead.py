@@ -1,0 +1,179 @@
+"""Cost of kvobs in a real vLLM 0.33 scheduler loop, and of one scrape, side by side.
+
+1. Step time: two real ``Scheduler``s with the ``OffloadingConnector`` (prefix caching,
+   CPU offloading, transfers completing two steps later), driven with the same
+   deterministic workload of 64+ running requests (shared prefixes, finished requests
+   replaced at once); one is instrumented by ``instrument_scheduler`` (what the plugin
+   does), the other is not, and a third plain one is the noise gauge (plain vs plain).
+   Rounds of a few steps rotate the order between them so drift hits all alike; only
+   the time inside ``schedule()`` and ``update_from_output()`` is counted (the
+   synthetic worker is not). The ratio is the median over rounds of instrumented /
+   plain step time (goal <= 1.02x), with the ratio of totals and the control's ratio
+   beside it.
+2. Scrape: ``rec.snapshot()`` of a ``BlockPool`` of 100k GPU blocks (the settle walk over
+   every block), with the pool half in use and half of its blocks holding prefix hashes,
+   state set through vLLM's own calls (goal <= 5 ms).
+
+Run with the vLLM venv (``bash scripts/deps/engines.sh vllm``)::
+
+    .venv-vllm/bin/python benchmarks/vllm_scheduler_overhead.py          # table
+    .venv-vllm/bin/python benchmarks/vllm_scheduler_overhead.py --json   # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "engines" / "vllm033"))  # the real-loop test bed
+
+import torch  # noqa: E402
+from vllm_engine import EngineDriver, build_scheduler  # noqa: E402
+
+from kvobs.adapters.vllm import instrument_block_pool, instrument_scheduler  # noqa: E402
+from kvobs.recorder import Recorder  # noqa: E402
+
+CHUNK_BYTES = 16384  # one block of the test model (2 layers, fp16)
+
+
+class Workload:
+    """Keeps ``running`` requests in one scheduler; identical for every seed-alike copy."""
+
+    def __init__(self, driver: EngineDriver, running: int, seed: int = 0) -> None:
+        self.driver = driver
+        self.running = running
+        self.rnd = random.Random(seed)
+        self.prefixes = [[self.rnd.randrange(1000) for _ in range(64)] for _ in range(8)]
+        self.added = 0
+        self.top_up()
+
+    def top_up(self) -> None:
+        scheduler = self.driver.scheduler
+        while len(scheduler.running) + len(scheduler.waiting) < self.running:
+            prompt = self.rnd.choice(self.prefixes) + [
+                self.rnd.randrange(1000) for _ in range(self.rnd.randrange(16, 96))]
+            self.driver.add(f"req-{self.added}", prompt, max_tokens=self.rnd.randrange(16, 96))
+            self.added += 1
+
+    def steps(self, n: int) -> float:
+        """Run ``n`` steps; seconds spent inside the scheduler."""
+        before = self.driver.scheduler_seconds
+        for _ in range(n):
+            self.driver.step()
+            self.top_up()
+        return self.driver.scheduler_seconds - before
+
+
+def build(tmp: Path, name: str, running: int, instrumented: bool) -> tuple[Workload, Any]:
+    scheduler = build_scheduler(tmp / name, gpu_blocks=4096, cpu_bytes=8192 * CHUNK_BYTES,
+                                max_num_seqs=running + 16, max_num_batched_tokens=8192)
+    rec = None
+    if instrumented:
+        rec = Recorder(engine="vllm", model="bench")
+        instrument_scheduler(scheduler, rec)
+    driver = EngineDriver(scheduler, transfer_delay=2, keep_history=False)
+    return Workload(driver, running), rec
+
+
+def step_overhead(running: int, rounds: int, steps: int, warmup: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, _ = build(Path(tmp), "plain", running, instrumented=False)
+        control, _ = build(Path(tmp), "control", running, instrumented=False)
+        kvobs, rec = build(Path(tmp), "kvobs", running, instrumented=True)
+        order = [("plain", plain), ("kvobs", kvobs), ("control", control)]
+        for _, workload in order:
+            workload.steps(warmup)
+        times: dict[str, list[float]] = {name: [] for name, _ in order}
+        gc.disable()
+        try:
+            for round_no in range(rounds):
+                shift = round_no % len(order)
+                for name, workload in order[shift:] + order[:shift]:
+                    times[name].append(workload.steps(steps))
+        finally:
+            gc.enable()
+        running_now = len(kvobs.driver.scheduler.running)
+        snap = rec.snapshot()
+    ratios = [k / p for k, p in zip(times["kvobs"], times["plain"], strict=True)]
+    noise = [c / p for c, p in zip(times["control"], times["plain"], strict=True)]
+    return {
+        "running_requests": running_now,
+        "step_us_plain": round(statistics.median(times["plain"]) / steps * 1e6, 1),
+        "step_us_kvobs": round(statistics.median(times["kvobs"]) / steps * 1e6, 1),
+        "ratio_median": round(statistics.median(ratios), 4),
+        "ratio_total": round(sum(times["kvobs"]) / sum(times["plain"]), 4),
+        "ratio_best": round(min(times["kvobs"]) / min(times["plain"]), 4),
+        "control_ratio_median": round(statistics.median(noise), 4),
+        "control_ratio_total": round(sum(times["control"]) / sum(times["plain"]), 4),
+        "gpu_to_host_chunks": snap.link("gpu", "host").blocks,
+        "lookups": snap.lookups.lookups,
+        "errors": dict(snap.errors),
+    }
+
+
+def scrape_cost(blocks: int, repeats: int) -> dict[str, Any]:
+    """Milliseconds per ``rec.snapshot()`` of an instrumented pool of ``blocks`` blocks."""
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    pool = BlockPool(blocks + 1, enable_caching=True, hash_block_size=16)
+    rec = Recorder(engine="vllm", model="bench")
+    instrument_block_pool(pool, rec)
+    held = pool.get_new_blocks(blocks)
+    rnd = random.Random(0)
+    for block in rnd.sample(held, blocks // 2):  # half the blocks hold a prefix hash
+        block.set_block_hash(make_block_hash_with_group_id(rnd.randbytes(32), 0), 16)
+    rnd.shuffle(held)
+    pool.free_blocks(held[: blocks // 2])  # half in use, the freed hashed ones cached
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        snap = rec.snapshot()
+        times.append(time.perf_counter() - started)
+    gpu = snap.tier("gpu")
+    return {"gpu_blocks": blocks, "scrape_ms_median": round(statistics.median(times) * 1e3, 2),
+            "scrape_ms_best": round(min(times) * 1e3, 2), "in_use": gpu.in_use_blocks,
+            "cached": gpu.cached_blocks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--running", type=int, default=72, help="requests kept in the engine")
+    parser.add_argument("--rounds", type=int, default=40, help="alternating rounds")
+    parser.add_argument("--steps", type=int, default=10, help="steps per scheduler per round")
+    parser.add_argument("--warmup", type=int, default=30, help="steps before timing")
+    parser.add_argument("--scrape-blocks", type=int, default=100_000)
+    parser.add_argument("--scrape-repeats", type=int, default=30)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    result = {"step": step_overhead(args.running, args.rounds, args.steps, args.warmup),
+              "scrape": scrape_cost(args.scrape_blocks, args.scrape_repeats)}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    step, scrape = result["step"], result["scrape"]
+    print(f"scheduler step, {step['running_requests']} running requests: plain "
+          f"{step['step_us_plain']:.0f} us, kvobs {step['step_us_kvobs']:.0f} us -> "
+          f"{step['ratio_median']:.3f}x median of rounds ({step['ratio_total']:.3f}x totals, "
+          f"{step['ratio_best']:.3f}x best rounds; goal <= 1.02x)")
+    print(f"noise gauge, plain vs plain: {step['control_ratio_median']:.3f}x median, "
+          f"{step['control_ratio_total']:.3f}x totals")
+    print(f"one scrape at {scrape['gpu_blocks']} GPU blocks: {scrape['scrape_ms_median']:.2f} ms "
+          f"median, {scrape['scrape_ms_best']:.2f} ms best (goal <= 5 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
