@@ -29,7 +29,16 @@ import pytest
 from required import REPO, missing
 
 TORCH_PIN = "torch==2.13.0"
-SUBCOMMANDS = ["demo", "top", "capacity", "dashboards", "report"]
+
+def _subcommands() -> list[str]:
+    from kvobs.cli import build_parser
+
+    parser = build_parser()
+    (action,) = [a for a in parser._actions if a.dest == "command"]
+    return sorted(action.choices)
+
+
+SUBCOMMANDS = _subcommands()
 GENERATED = sorted((REPO / "dashboards" / "generated").glob("*.json"))
 
 
