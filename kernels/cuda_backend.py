@@ -71,6 +71,24 @@ def as_words(layer: torch.Tensor) -> tuple[torch.Tensor, int, str] | None:
     return None
 
 
+def aliases(view: torch.Tensor, words: torch.Tensor, device: torch.device) -> bool:
+    """Whether ``view`` is ``words``'s own memory seen from ``device`` (not a copy).
+
+    Example:
+        >>> words = torch.zeros(4, 8, dtype=torch.int64)
+        >>> aliases(words.view(4, 8), words, torch.device("cpu"))
+        True
+        >>> aliases(words.clone(), words, torch.device("cpu"))
+        False
+    """
+    return (
+        view.device == device
+        and view.data_ptr() == words.data_ptr()
+        and tuple(view.shape) == tuple(words.shape)
+        and view.stride() == words.stride()
+    )
+
+
 class _HostArray:
     """Exposes a pinned host tensor through ``__cuda_array_interface__`` (UVA pointer)."""
 
@@ -149,17 +167,23 @@ class CudaBackend:
         return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def word_view(self, layer: torch.Tensor) -> torch.Tensor | None:
-        """A device-side ``[num_blocks, words]`` view of ``layer`` (host layers via UVA)."""
+        """A device-side ``[num_blocks, words]`` view of ``layer`` (host layers via UVA).
+
+        None when no view *aliases* the host memory on this device: ``torch.as_tensor``
+        copies where the pointer belongs to another device (or is not mapped), and a
+        kernel writing into such a copy would lose every write without an error.
+        """
         found = as_words(layer)
         if found is None:
             return None
         words, size, typestr = found
         if words.is_cuda:
-            return words
+            return words if words.device == self.device else None
         try:
-            return torch.as_tensor(_HostArray(words, size, typestr), device=self.device)
+            view = torch.as_tensor(_HostArray(words, size, typestr), device=self.device)
         except (RuntimeError, TypeError, ValueError):  # not mapped into the device space
             return None
+        return view if aliases(view, words, self.device) else None
 
     def check_host_layer(self, layer: torch.Tensor, where: str) -> None:
         """Async copies need page-locked host memory; pageable memory would block the host."""

@@ -8,6 +8,7 @@ and also covers CUDA pools (through ``StreamMover``, waiting for the transfer to
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import NamedTuple
 
@@ -39,6 +40,11 @@ class BlockMover:
         native: use the C extension when it is built (``implementation`` says which ran).
         stream_bytes: a copy of at least this many bytes bypasses the CPU cache
             (non-temporal stores); -1 never does.
+
+    Thread safety: ``copy`` may be called from several threads. Planning writes the
+    mover's run buffer and the C loop reads it with the GIL released, so calls on one
+    mover take turns (an uncontended lock costs well under a microsecond); use one mover
+    per thread to copy in parallel.
 
     Example:
         >>> import torch
@@ -72,6 +78,7 @@ class BlockMover:
         self._planner = RunPlanner(self.src.num_blocks, self.dst.num_blocks, native=native)
         self._copier = HostCopier(self.src, self.dst, native=native, stream_bytes=stream_bytes)
         self._bytes_per_block = self.src.bytes_per_block
+        self._lock = threading.Lock()  # the planner's run buffer is shared scratch
 
     @property
     def implementation(self) -> str:
@@ -84,17 +91,18 @@ class BlockMover:
         Raises:
             ValueError: for a bad mapping, before any byte moves (not counted as a failure).
         """
-        blocks, n_runs = self._planner.plan(mapping)
-        if blocks == 0:
-            return _NOTHING_MOVED
-        nbytes = blocks * self._bytes_per_block
-        start = time.perf_counter_ns()
-        try:
-            self._copier.copy(self._planner, n_runs)
-        except BaseException:
-            report_failed(self.link, blocks, nbytes)
-            raise
-        seconds = (time.perf_counter_ns() - start) * 1e-9
+        with self._lock:
+            blocks, n_runs = self._planner.plan(mapping)
+            if blocks == 0:
+                return _NOTHING_MOVED
+            nbytes = blocks * self._bytes_per_block
+            start = time.perf_counter_ns()
+            try:
+                self._copier.copy(self._planner, n_runs)
+            except BaseException:
+                report_failed(self.link, blocks, nbytes)
+                raise
+            seconds = (time.perf_counter_ns() - start) * 1e-9
         if self.link is not None:
             report_completed(self.link, blocks, nbytes, seconds)
         return TransferStats(blocks, nbytes, seconds)

@@ -15,11 +15,18 @@ Two ways to move the bytes, chosen per batch:
   ``index_copy_`` into the destination. The host pool is reached through its UVA
   device view, so the GPU reads or writes pinned host memory directly and the per-block
   cost of a DMA call disappears.
+
+A ``StreamMover`` belongs to one thread at a time (the engine's step loop): its slots,
+pending queue and staging buffer are not locked. Two threads inside ``submit`` /
+``poll`` / ``synchronize`` at once raise ``RuntimeError`` instead of corrupting them.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -74,6 +81,8 @@ class _Slot:
         self.host_idx: torch.Tensor | None = None
         self.device_idx: torch.Tensor | None = None
         self.transfer: Transfer | None = None
+        # Set once work that reads this slot's index buffers may be queued on the stream.
+        self.enqueued = False
 
 
 class StreamMover:
@@ -136,6 +145,19 @@ class StreamMover:
                 "mapped into the GPU's address space); use strategy='runs'"
             )
         self._staging: torch.Tensor | None = None
+        self._busy = threading.Lock()
+
+    @contextmanager
+    def _owned(self, what: str) -> Iterator[None]:
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(
+                f"StreamMover.{what} called while another thread is inside this mover; a "
+                "StreamMover belongs to one thread (the engine's step loop): use one per thread"
+            )
+        try:
+            yield
+        finally:
+            self._busy.release()
 
     @property
     def in_flight(self) -> int:
@@ -147,7 +169,12 @@ class StreamMover:
 
         Raises:
             ValueError: for a bad mapping, before any byte moves (not counted as a failure).
+            RuntimeError: another thread is inside this mover.
         """
+        with self._owned("submit"):
+            return self._submit(mapping)
+
+    def _submit(self, mapping: MappingLike) -> Transfer:
         blocks, n_runs = self._planner.plan(mapping)
         if blocks == 0:
             return Transfer(None, None, 0, 0, "none")
@@ -165,6 +192,12 @@ class StreamMover:
                     self._copy_runs(n_runs)
                 slot.end.record(stream)
         except BaseException:
+            if slot.enqueued:
+                # Copies already queued may still read this slot's pinned index buffer:
+                # give it up (torch's allocators keep the memory until the stream is past
+                # it) rather than let the next submit overwrite it under the device.
+                slot.host_idx = slot.device_idx = None
+                slot.enqueued = False
             self._free.append(slot)
             report_failed(self.link, blocks, nbytes)
             raise
@@ -179,8 +212,13 @@ class StreamMover:
             How many transfers completed since the last poll.
 
         Raises:
-            RuntimeError: the device error of a failed transfer (after it is counted).
+            RuntimeError: the device error of a failed transfer (after it is counted), or
+                another thread is inside this mover.
         """
+        with self._owned("poll"):
+            return self._poll()
+
+    def _poll(self) -> int:
         completed = 0
         while self._pending:
             slot = self._pending[0]
@@ -203,12 +241,14 @@ class StreamMover:
 
     def synchronize(self) -> None:
         """Block the host until every pending transfer is done, and report them."""
-        while self._pending:
-            self._pending[-1].end.synchronize()
-            self.poll()
+        with self._owned("synchronize"):
+            while self._pending:
+                self._pending[-1].end.synchronize()
+                self._poll()
 
     def _retire(self, slot: _Slot) -> None:
         self._pending.popleft()
+        slot.enqueued = False  # the stream is past everything this slot queued
         if slot.transfer is not None:
             slot.transfer.finished = True
             slot.transfer = None
@@ -216,11 +256,11 @@ class StreamMover:
 
     def _take_slot(self) -> _Slot:
         if not self._free:
-            self.poll()
+            self._poll()
         if not self._free:
             self.stalls += 1
             self._pending[0].end.synchronize()
-            self.poll()
+            self._poll()
         return self._free.popleft()
 
     def _choose(self, blocks: int, n_runs: int) -> str:
@@ -254,6 +294,7 @@ class StreamMover:
         assert slot.device_idx is not None
         slot.host_idx[: 2 * blocks].view(2, blocks).copy_(pairs.t())
         device_idx = slot.device_idx[: 2 * blocks]
+        slot.enqueued = True  # from here the device may read host_idx asynchronously
         device_idx.copy_(slot.host_idx[: 2 * blocks], non_blocking=True)
         staging = self._staging_buffer()
         for first in range(0, blocks, self.staging_blocks):
@@ -261,8 +302,11 @@ class StreamMover:
             src_idx, dst_idx = device_idx[first:last], device_idx[blocks + first : blocks + last]
             for src_words, dst_words in self._views:
                 words = src_words.shape[1]
-                stage = staging.view(src_words.dtype)[: (last - first) * words]
-                stage = stage.view(last - first, words)
+                # Slice the bytes this chunk needs, then view them in this layer's word
+                # type: layers may differ (int64 words for one, int16 for another), and
+                # the whole buffer is not a multiple of every word size.
+                need = (last - first) * words * src_words.element_size()
+                stage = staging[:need].view(src_words.dtype).view(last - first, words)
                 torch.index_select(src_words, 0, src_idx, out=stage)
                 dst_words.index_copy_(0, dst_idx, stage)
 

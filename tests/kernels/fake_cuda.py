@@ -8,7 +8,7 @@ recorded events with ``finish_next(at_seconds)``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -23,10 +23,13 @@ class FakeEvent:
         self.done = False
         self.at = 0.0
         self.error: Exception | None = None
+        self.fail_record: Exception | None = None
         self.host_syncs = 0
 
     def record(self, stream: FakeStream | None = None) -> None:
         assert stream is not None, "events must be recorded on an explicit stream"
+        if self.fail_record is not None:
+            raise self.fail_record
         self.stream, self.done = stream, False
         stream.log.append(f"record {self.name}")
         stream.queue.append(self)
@@ -81,7 +84,9 @@ class FakeBackend:
         self.active: FakeStream | None = None
         self.events: list[FakeEvent] = []
         self.allocations = 0
+        self.host_buffers: list[torch.Tensor] = []
         self.checked_host_layers: list[str] = []
+        self.inside_use: Callable[[], None] | None = None  # runs while a copy is enqueued
 
     def stream(self, direction: str) -> FakeStream:
         return self.streams.setdefault(direction, FakeStream(direction))
@@ -94,6 +99,8 @@ class FakeBackend:
         stream.log.append("enter")
         self.active = stream
         try:
+            if self.inside_use is not None:
+                self.inside_use()
             yield
         finally:
             self.active = None
@@ -105,7 +112,8 @@ class FakeBackend:
 
     def empty_host(self, numel: int) -> torch.Tensor:
         self.allocations += 1
-        return torch.empty(numel, dtype=torch.int64)
+        self.host_buffers.append(torch.empty(numel, dtype=torch.int64))
+        return self.host_buffers[-1]
 
     def empty_device(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         self.allocations += 1
