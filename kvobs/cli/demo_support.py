@@ -63,6 +63,7 @@ def check_memory(layout: KVLayout, gpu_blocks: int, host_blocks: int, on_gpu: bo
 
 
 def import_torch() -> Any:
+    """torch, or a one-line error naming the extra that brings it."""
     try:
         import torch
     except ImportError:
@@ -73,12 +74,16 @@ def import_torch() -> Any:
 
 
 def want_top(view: str) -> bool:
+    """Whether ``--view`` (``auto``: both stdin and stdout are terminals) asks for the view."""
     if view == "auto":
         return sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
     return view == "top"
 
 
 def open_log(args: argparse.Namespace, top: bool) -> TextIO | None:
+    """The stream the logs go to: ``--log-file``, a temporary file under the view (named
+    on screen), or None for stderr. With the view on, say so before the warm-up starts,
+    so that the seconds of set-up are not a blank terminal."""
     path = args.log_file
     if path is None and top:
         fd, path = tempfile.mkstemp(prefix="kvobs-demo-", suffix=".log")
@@ -87,9 +92,13 @@ def open_log(args: argparse.Namespace, top: bool) -> TextIO | None:
         return None
     args.log_file = path
     try:
-        return open(path, "a", encoding="utf-8", buffering=1)
+        stream = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - the caller closes it
     except OSError as exc:
         raise ConfigError(f"--log-file {path} cannot be opened ({exc.strerror})") from None
+    if top:
+        print(f"kvobs demo: allocating the pools and warming up ({args.warmup:g} virtual s), "
+              f"then the live view; logs in {path}", file=sys.stderr, flush=True)
+    return stream
 
 
 def run_with_view(loop: Any, duration_s: float | None, stop: threading.Event, url: str,
