@@ -56,7 +56,8 @@ def bare_wrapper(pool: BlockPool) -> _Counter:
         counter.n += num_blocks
         return blocks
 
-    pool.get_new_blocks = get_new_blocks  # type: ignore[method-assign]
+    target: Any = pool
+    target.get_new_blocks = get_new_blocks
     return counter
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 from vllm_engine import EngineDriver, build_scheduler, build_vllm_config, layer_specs, plan_kv_cache
 
-from kvobs.adapters.vllm import gpu_tier_capacity, instrument_scheduler
+from kvobs.adapters.vllm import BlockPoolInstrumentation, gpu_tier_capacity, instrument_scheduler
 from kvobs.adapters.vllm.manager import VllmInstrumentation
 from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
 from kvobs.testing import Conformance, capture_telemetry
@@ -67,7 +68,8 @@ def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineD
     assert snap.lookups.host_hit == driver.connector_hits
     # KV cache events by medium.
     pool = inst.part("vllm.block_pool")
-    assert pool is not None and pool.hashes_gained == events.get(("BlockStored", "GPU"), 0)
+    assert isinstance(pool, BlockPoolInstrumentation)
+    assert pool.hashes_gained == events.get(("BlockStored", "GPU"), 0)
     assert gpu.evictions["capacity"] + gpu.evictions["explicit"] == \
         events.get(("BlockRemoved", "GPU"), 0)
     assert host.stores == events.get(("BlockStored", "CPU"), 0)
@@ -81,7 +83,7 @@ def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineD
     assert snap.errors == {}
 
 
-def test_returning_conversations_equal_vllm_at_every_step(tmp_path):
+def test_returning_conversations_equal_vllm_at_every_step(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES,
                                           kv_events=True), transfer_delay=3)
     rec, inst, kit = instrumented(driver)
@@ -107,7 +109,7 @@ def test_returning_conversations_equal_vllm_at_every_step(tmp_path):
             assert telemetry.value(name, **labels) > 0, (name, labels)
 
 
-def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path):
+def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=24, cpu_bytes=128 * CHUNK_BYTES),
                           transfer_delay=1)
     rec, inst, kit = instrumented(driver)
@@ -128,7 +130,7 @@ def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path):
     assert snap.errors == {}
 
 
-def test_full_host_tier_drops_each_refused_chunk_once(tmp_path):
+def test_full_host_tier_drops_each_refused_chunk_once(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=6 * CHUNK_BYTES,
                                           kv_events=True), transfer_delay=4)
     rec, inst, kit = instrumented(driver)
@@ -137,7 +139,7 @@ def test_full_host_tier_drops_each_refused_chunk_once(tmp_path):
     offers = {"refused": 0}
     prepare_store, complete_store = manager.prepare_store, manager.complete_store
 
-    def prepare_store_truth(keys, req_context):  # outside kvobs's wrapper: vLLM's answer
+    def prepare_store_truth(keys: Any, req_context: Any) -> Any:  # outside kvobs: vLLM's answer
         keys = list(keys)
         new = [k for k in keys if manager._policy.get(k) is None]
         out = prepare_store(keys, req_context)
@@ -146,7 +148,7 @@ def test_full_host_tier_drops_each_refused_chunk_once(tmp_path):
             refused.update(new)
         return out
 
-    def complete_store_truth(keys, req_context, success=True):
+    def complete_store_truth(keys: Any, req_context: Any, success: bool = True) -> None:
         keys = list(keys)
         complete_store(keys, req_context, success)
         if success:
@@ -169,7 +171,7 @@ def test_full_host_tier_drops_each_refused_chunk_once(tmp_path):
     assert_equals_vllm(rec, inst, driver)
 
 
-def test_tp_workers_reporting_in_different_steps(tmp_path):
+def test_tp_workers_reporting_in_different_steps(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=512 * CHUNK_BYTES,
                                           kv_events=True, tensor_parallel_size=2),
                           transfer_delay=1, workers=2, worker_lag=2)
@@ -182,7 +184,7 @@ def test_tp_workers_reporting_in_different_steps(tmp_path):
     assert rec.snapshot().link("gpu", "host").operations == completed_stores > 0
 
 
-def test_hybrid_model_runs_conformant_with_shared_backing_bytes(tmp_path):
+def test_hybrid_model_runs_conformant_with_shared_backing_bytes(tmp_path: Path) -> None:
     scheduler = build_scheduler(tmp_path, gpu_blocks=80, cpu_bytes=256 * CHUNK_BYTES,
                                 hybrid=True, kv_events=True)
     config = scheduler.kv_cache_manager.kv_cache_config
@@ -205,7 +207,8 @@ def test_hybrid_model_runs_conformant_with_shared_backing_bytes(tmp_path):
     ("hybrid", 4, 2 * 2 * 16 * 2 * 64 * 2),  # a block holds one group's two layers
     ("mla", 3, 3 * 16 * 576 * 2),            # one latent (512 + 64) per token per layer
 ])
-def test_gpu_bytes_per_block_from_vllms_planner(tmp_path, kind, layers, block_bytes):
+def test_gpu_bytes_per_block_from_vllms_planner(tmp_path: Path, kind: str, layers: int,
+                                                 block_bytes: int) -> None:
     vllm_config = build_vllm_config(tmp_path, cpu_bytes=None, hybrid=kind == "hybrid",
                                     max_model_len=256)
     config = plan_kv_cache(vllm_config, layer_specs(kind, 16, layers), 64)
@@ -213,7 +216,7 @@ def test_gpu_bytes_per_block_from_vllms_planner(tmp_path, kind, layers, block_by
     assert (gpu.blocks, gpu.block_tokens, gpu.block_bytes) == (63, 16, block_bytes)
 
 
-def test_scrapes_inside_vllms_own_calls_are_never_torn(tmp_path):
+def test_scrapes_inside_vllms_own_calls_are_never_torn(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES),
                           transfer_delay=2)
     rec, _, kit = instrumented(driver)
@@ -271,7 +274,8 @@ def _is_clock(name: str) -> bool:
         ("_time", "_ts", "_ms", "_timestamp", "time_s", "_seconds"))
 
 
-def run_fingerprints(tmp_path, setup: Callable[[EngineDriver], Any] | None = None) -> list[Any]:
+def run_fingerprints(tmp_path: Path,
+                     setup: Callable[[EngineDriver], Any] | None = None) -> list[Any]:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=32 * CHUNK_BYTES),
                           transfer_delay=2)
     if setup is not None:
@@ -281,7 +285,8 @@ def run_fingerprints(tmp_path, setup: Callable[[EngineDriver], Any] | None = Non
             for r in driver.history]
 
 
-def test_kvobs_faults_leave_vllms_outputs_identical_and_are_counted(tmp_path, monkeypatch):
+def test_kvobs_faults_leave_vllms_outputs_identical_and_are_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = run_fingerprints(tmp_path / "a")
     assert plain == run_fingerprints(tmp_path / "b"), "the loop must be deterministic"
 
@@ -309,8 +314,8 @@ def test_kvobs_faults_leave_vllms_outputs_identical_and_are_counted(tmp_path, mo
     assert any(e["event"] == "instrumentation_error" for e in logs)
 
 
-def test_unknown_connector_version_instruments_nothing_and_names_the_attribute(tmp_path,
-                                                                               monkeypatch):
+def test_unknown_connector_version_instruments_nothing_and_names_the_attribute(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=32 * CHUNK_BYTES))
     side = driver.connector_scheduler
     threshold = side._stale_job_threshold
@@ -331,7 +336,7 @@ def test_unknown_connector_version_instruments_nothing_and_names_the_attribute(t
     assert rec.snapshot().tier("host").stores > 0  # the parts kvobs knows still count
 
 
-def test_reset_prefix_cache_counts_once_and_never_takes_back(tmp_path):
+def test_reset_prefix_cache_counts_once_and_never_takes_back(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=64 * CHUNK_BYTES),
                           transfer_delay=1)
     rec, _, kit = instrumented(driver)

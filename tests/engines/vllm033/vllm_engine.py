@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -169,16 +169,16 @@ def _hybrid_allowed(hybrid: bool) -> Iterator[None]:
         return
     from vllm.platforms import current_platform
 
-    platform = type(current_platform)
+    platform: Any = type(current_platform)
     saved = platform.__dict__.get("support_hybrid_kv_cache")
-    platform.support_hybrid_kv_cache = classmethod(lambda cls: True)  # type: ignore[assignment]
+    platform.support_hybrid_kv_cache = classmethod(lambda cls: True)
     try:
         yield
     finally:
         if saved is None:
             del platform.support_hybrid_kv_cache
         else:
-            platform.support_hybrid_kv_cache = saved  # type: ignore[method-assign]
+            platform.support_hybrid_kv_cache = saved
 
 
 def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | None = 1 << 22,
@@ -281,7 +281,8 @@ class EngineDriver:
             self.kv_events.extend(batch.events)
             publish(batch)
 
-        scheduler.kv_event_publisher.publish = capture  # type: ignore[method-assign]
+        publisher: Any = scheduler.kv_event_publisher
+        publisher.publish = capture
 
     # -- requests -------------------------------------------------------------------------
     def request(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4) -> Request:
@@ -409,7 +410,7 @@ class EngineDriver:
                 else:
                     self.reported_load_bytes += share
             meta = OffloadingWorkerMetadata(completed_jobs=completed, transfer_stats=stats)
-            merged = merged.aggregate(meta)  # type: ignore[assignment]
+            merged = cast(OffloadingWorkerMetadata, merged.aggregate(meta))
         still_loading = {d[5] for d in self.due}
         return merged, {d[5] for d in ready if d[5] is not None and d[5] not in still_loading}
 
