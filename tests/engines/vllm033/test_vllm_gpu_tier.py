@@ -68,9 +68,10 @@ def test_chat_workload_counts_equal_vllm_stats_and_events():
     snap = rec.snapshot()
     gpu = snap.tier("gpu")
     stats = manager.make_prefix_cache_stats()
-    assert snap.lookups.lookups == stats.requests + stats.preempted_requests == 60
-    assert snap.lookups.tokens == stats.queries + stats.preempted_queries
-    assert snap.lookups.gpu_hit == stats.hits + stats.preempted_hits > 0
+    assert stats.preempted_requests == 0  # preemption: see test_vllm_real_loop
+    assert snap.lookups.lookups == stats.requests == 60
+    assert snap.lookups.tokens == stats.queries
+    assert snap.lookups.gpu_hit == stats.hits > 0
     assert gpu.reuses > 0, "the workload must hit cached blocks"
     assert gpu.evictions["capacity"] == removed > 0, "pool pressure must evict cached blocks"
     assert gpu.block_tokens == 16 and gpu.block_bytes == 4 * page_bytes()

@@ -219,8 +219,10 @@ def test_gpu_bytes_per_block_from_vllms_planner(tmp_path: Path, kind: str, layer
 def test_scrapes_inside_vllms_own_calls_are_never_torn(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES),
                           transfer_delay=2)
-    rec, _, kit = instrumented(driver)
+    rec, inst, kit = instrumented(driver)
     pool = driver.block_pool
+    pool_inst = inst.part("vllm.block_pool")
+    assert isinstance(pool_inst, BlockPoolInstrumentation)
     inside = Conformance(rec, flows=False, stores_match_transfers=False)  # bounds, monotonic
     queue = pool.free_block_queue
     seen = {"scrapes": 0, "torn_by_free_count": 0}
@@ -228,6 +230,8 @@ def test_scrapes_inside_vllms_own_calls_are_never_torn(tmp_path: Path) -> None:
     def scraping(method: Callable[..., Any]) -> Callable[..., Any]:
         def call(blocks: Any) -> Any:
             inside.check("inside free_blocks")
+            in_use, cached = pool_inst.settle()  # kvobs's own reading, before any clamp
+            assert 0 <= in_use and 0 <= cached and in_use + cached <= pool.num_gpu_blocks - 1
             seen["scrapes"] += 1
             gpu = rec.snapshot().tier("gpu")
             # What a reading of the free count would say here (the old way): torn.
