@@ -85,7 +85,7 @@ def host_pool_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot,
         >>> before = rec.snapshot()
         >>> rec.lookup(1000, host_hit=800); rec.link("host", "gpu").transfer(50, 0, 0.5)
         >>> host_pool_verdict(before, rec.snapshot(), 600.0)
-        'host pool saved 8.0 s of prefill for 0.5 s of onload in the last 10 min (net +7.5 s)'
+        'host pool saved 8 s of prefill for 0.5 s of onload in the last 10 min (net +7.5 s)'
     """
     source = cur.benefit.prefill_cost_source
     try:
@@ -102,8 +102,14 @@ def host_pool_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot,
         return (f"host pool: prefill cost unknown (set KVOBS_PREFILL_SECONDS_PER_TOKEN); "
                 f"{onload:.1f} s of onload in the last {window}")
     saved = cur.benefit.host_saved_s - prev.benefit.host_saved_s
-    return (f"host pool saved {saved:.1f} s of prefill for {onload:.1f} s of onload in the "
-            f"last {window} (net {saved - onload:+.1f} s)")
+    return (f"host pool saved {_seconds(saved)} s of prefill for {_seconds(onload)} s of "
+            f"onload in the last {window} (net {_seconds(saved - onload, sign=True)} s)")
+
+
+def _seconds(value: float, sign: bool = False) -> str:
+    """Seconds to one decimal from 10 s, else three significant digits (0.00412)."""
+    spec = ("+" if sign else "") + (".1f" if abs(value) >= 10 else ".3g")
+    return format(value, spec)
 
 
 class SummaryLogger:

@@ -74,9 +74,9 @@ def test_the_demo_pool_saves_its_modelled_prefill_and_pays_measured_onloads(serv
     assert snap.link("host", "gpu").seconds > 0
     fields = summary_fields(Recorder().snapshot(), snap, elapsed_s=90.0)
     saved, onload = snap.benefit.host_saved_s, snap.link("host", "gpu").seconds
-    assert fields["host_pool"] == (f"host pool saved {saved:.1f} s of prefill for "
-                                   f"{onload:.1f} s of onload in the last 90 s "
-                                   f"(net {saved - onload:+.1f} s)")
+    assert fields["host_pool"] == (f"host pool saved {saved:.3g} s of prefill for "
+                                   f"{onload:.3g} s of onload in the last 90 s "
+                                   f"(net {saved - onload:+.3g} s)")
 
 
 def test_residency_and_reuse_gaps_are_sampled_on_the_virtual_clock(served):
