@@ -31,7 +31,8 @@ class Pane:
         conf.write_text("set -g status off\n")
         # The shell stays after the program ends, so its last output is not lost with the
         # pane, and says how the program exited.
-        shell = f"{command}; echo kvobs-exit=$?; sleep 600"
+        shell = (f"{command}; echo kvobs-exit=$?; "
+                 "stty -a | grep -qw icanon && echo tty-restored; sleep 600")
         env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
         env.update(TERM="xterm-256color", COLUMNS="", LINES="")
         subprocess.run(
@@ -143,7 +144,8 @@ def test_top_shows_endpoints_retries_the_unreachable_and_quits_on_q(pane, engine
     assert max(len(line) for line in screen.splitlines()) <= 110
     view.send("q")
     assert view.wait_exit() == 0
-    after = view.text()
+    after = view.wait_for(lambda t: "tty-restored" in t, timeout=10,
+                          what="the terminal back in canonical mode")
     assert "Traceback" not in after and "busy · qwen2.5-0.5b" not in after  # screen restored
 
 
@@ -158,7 +160,9 @@ def test_top_reads_on_a_narrow_terminal_and_quits_on_ctrl_c(pane, engine):
     assert any("gpu→host" in line and "p50" in line for line in lines), screen
     view.send("C-c")
     assert view.wait_exit() == 0
-    assert "Traceback" not in view.text()
+    after = view.wait_for(lambda t: "tty-restored" in t, timeout=10,
+                          what="the terminal back in canonical mode")
+    assert "Traceback" not in after
 
 
 def test_demo_on_a_terminal_shows_the_view_and_logs_to_a_file(pane, tmp_path):

@@ -154,3 +154,31 @@ def test_once_off_a_terminal_prints_one_frame_with_rates(busy_url):
     assert "busy · qwen2.5-0.5b" in out and "rates over 0." in out
     assert "gpu→host" in out and "host→gpu" in out and "hits (last interval)" in out
     assert "\x1b[" not in out  # no escape codes into a pipe
+
+
+def test_an_endpoint_that_is_not_kvobs_says_so():
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"up 1\n" if self.path == "/metrics" else b"nope"
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        from kvobs.top import fetch
+
+        assert fetch(f"{base}/metrics").error == "answered, but with no kvobs_* metrics"
+        assert fetch(f"{base}/other").error == "HTTP 404 Not Found"
+    finally:
+        server.shutdown()
+        server.server_close()
