@@ -113,7 +113,12 @@ def walk(blocks: Sequence[Any]) -> tuple[int, int, int]:
 
 
 def _hashed(blocks: Iterable[Any]) -> int:
-    return sum(1 for block in blocks if block._block_hash is not None)
+    """Blocks holding a prefix hash (a plain loop: windows are a block or two)."""
+    n = 0
+    for block in blocks:
+        if block._block_hash is not None:
+            n += 1
+    return n
 
 
 # -- readers (see kvobs.adapters._hooks: before(inst, *args), after(inst, state, result, *args))
@@ -129,14 +134,10 @@ def _touch_after(inst: BlockPoolInstrumentation, idle: list[Any], result: Any,
     inst.tier.allocate(len(idle) - hits)  # a free block without data: a plain allocation
 
 
-def _window(blocks: Sequence[Any], num_cached_blocks: int, num_full_blocks: int) -> Any:
-    return blocks[num_cached_blocks:num_full_blocks]
-
-
 def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Sequence[Any],
                        num_cached_blocks: int, num_full_blocks: int,
                        *args: Any, **kwargs: Any) -> tuple[Any, int]:
-    window = _window(blocks, num_cached_blocks, num_full_blocks)
+    window = blocks[num_cached_blocks:num_full_blocks]  # the blocks this call may hash
     return window, _hashed(window)
 
 

@@ -231,7 +231,7 @@ def test_scrapes_inside_vllms_own_calls_are_never_torn(tmp_path: Path) -> None:
         def call(blocks: Any) -> Any:
             inside.check("inside free_blocks")
             in_use, cached = pool_inst.settle()  # kvobs's own reading, before any clamp
-            assert 0 <= in_use and 0 <= cached and in_use + cached <= pool.num_gpu_blocks - 1
+            assert in_use >= 0 and cached >= 0 and in_use + cached <= pool.num_gpu_blocks - 1
             seen["scrapes"] += 1
             gpu = rec.snapshot().tier("gpu")
             # What a reading of the free count would say here (the old way): torn.
@@ -357,3 +357,19 @@ def test_reset_prefix_cache_counts_once_and_never_takes_back(tmp_path: Path) -> 
     assert driver.scheduler.kv_cache_manager.block_pool.reset_prefix_cache()
     snap = kit.check("after reset")
     assert snap.tier("gpu").evictions["reset"] == cached and snap.tier("gpu").cached_blocks == 0
+
+
+def test_without_offloading_the_gpu_tier_and_lookups_equal_vllm(tmp_path: Path) -> None:
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=None,
+                                          kv_events=True))
+    rec, inst, kit = instrumented(driver)
+    assert [part.component for part in inst.parts] == ["vllm.block_pool", "vllm.kv_cache_manager"]
+
+    conversations(driver, kit.check, chats=6, turns=3, seed=8)
+
+    snap = rec.snapshot()
+    assert rec.tier_names == ("gpu",) and snap.links == ()
+    assert (snap.lookups.tokens, snap.lookups.gpu_hit) == (driver.prefix_queries,
+                                                           driver.prefix_hits)
+    assert snap.tier("gpu").evictions["capacity"] == \
+        driver.events_by_medium().get(("BlockRemoved", "GPU"), 0) > 0

@@ -259,6 +259,7 @@ class EngineDriver:
         self.hasher = get_request_block_hasher(self.block_size, sha256)
         self.steps = 0
         self.scheduler_seconds = 0.0  # inside schedule() + update_from_output() only
+        self.scheduler_cpu_seconds = 0.0  # the same, CPU time of this thread
         # (due step, worker, job id, is_store, bytes, request id of an async load or None)
         self.due: list[tuple[int, int, int, bool, int, str | None]] = []
         self.prefix_queries = 0
@@ -327,9 +328,10 @@ class EngineDriver:
     # -- one step -------------------------------------------------------------------------
     def step(self) -> StepRecord:
         """``schedule()``, a synthesized model-runner output, ``update_from_output()``."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         out = self.scheduler.schedule()
         self.scheduler_seconds += time.perf_counter() - started
+        self.scheduler_cpu_seconds += time.thread_time() - cpu
         meta = out.kv_connector_metadata
         stores = list(getattr(meta, "store_jobs", {}) or {})
         loads = list(getattr(meta, "load_jobs", {}) or {})
@@ -349,9 +351,10 @@ class EngineDriver:
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=[self._sampled(out, r) for r in ids],
             kv_connector_output=connector_output)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
         self.scheduler_seconds += time.perf_counter() - started
+        self.scheduler_cpu_seconds += time.thread_time() - cpu
         stats = self._read_stats(engine_outputs)
         self.steps += 1
         record = StepRecord(out, engine_outputs, stats, stores, loads)
