@@ -373,3 +373,31 @@ def test_without_offloading_the_gpu_tier_and_lookups_equal_vllm(tmp_path: Path) 
                                                            driver.prefix_hits)
     assert snap.tier("gpu").evictions["capacity"] == \
         driver.events_by_medium().get(("BlockRemoved", "GPU"), 0) > 0
+
+
+def test_connector_reset_with_transfers_in_flight(tmp_path: Path) -> None:
+    """vLLM flushes the jobs in flight (they go stale): kvobs counts no transfer and no
+    store for them, the host tier's chunks are counted out by reason, nothing goes back."""
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=64 * CHUNK_BYTES,
+                                          kv_events=True), transfer_delay=3)
+    rec, _, kit = instrumented(driver)
+    for i in range(3):
+        driver.add(f"before-{i}", [i] * 80, max_tokens=1)
+    side = driver.connector_scheduler
+    driver.step()
+    kit.check("stores submitted")
+    assert side._jobs, "store jobs must be in flight"
+    host = rec.snapshot().tier("host")
+    cached_before = host.cached_blocks
+    assert host.in_use_blocks > 0, "chunks being written when the reset comes"
+    assert driver.scheduler.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
+    assert driver.due, "the workers will still report the flushed (stale) jobs"
+    snap = kit.check("after reset")
+    host = snap.tier("host")
+    assert host.evictions["reset"] == cached_before
+    assert host.in_use_blocks == host.cached_blocks == 0
+    conversations(driver, kit.check, chats=3, turns=2, seed=9)
+    snap = rec.snapshot()
+    assert snap.tier("host").stores == snap.link("gpu", "host").blocks > 0
+    assert snap.link("gpu", "host").bytes == driver.vllm_store_bytes  # stale jobs' bytes too
+    assert snap.errors == {}
