@@ -1,6 +1,7 @@
-"""``kvobs report``: the *KV cache tiers* dashboard as one PNG, straight from Prometheus.
+"""``kvobs report``: a kvobs dashboard as one PNG, straight from Prometheus.
 
-For a person without Grafana: every panel of the tiers dashboard, drawn from
+For a person without Grafana: every panel of the tiers dashboard (or, with
+``--dashboard kvobs-host-pool``, the host pool verdict and health), drawn from
 ``query_range`` over the last ``--range``. An unreachable Prometheus, a query error or
 a panel without data ends with a one-line error naming the panel and the query, exit
 status 2, and no file written.
@@ -62,6 +63,9 @@ def register(subparsers: Any) -> None:
         help="Prometheus base URL, e.g. http://127.0.0.1:9090",
     )
     add_option(parser, "--out", type=output_file(".png"), default=None, help="PNG file to write")
+    add_option(parser, "--dashboard", default="kvobs-tiers",
+               choices=("kvobs-tiers", "kvobs-host-pool", "kvobs-fleet"),
+               help="which dashboard to draw (kvobs-host-pool: the host pool verdict)")
     add_option(
         parser,
         "--range",
@@ -117,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         rate_interval=args.rate_interval,
         filters=filters,
         timeout_s=args.timeout,
+        dashboard=args.dashboard,
     )
-    print(f"wrote {args.out}: {len(titles)} panels of the KV cache tiers dashboard")
+    print(f"wrote {args.out}: {len(titles)} panels of the {args.dashboard} dashboard")
     return 0

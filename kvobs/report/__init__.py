@@ -1,6 +1,6 @@
-"""A picture of the *KV cache tiers* dashboard without Grafana.
+"""A picture of a kvobs dashboard without Grafana (the *KV cache tiers* one by default).
 
-:func:`build_report` runs every panel query of the generated tiers dashboard against a
+:func:`build_report` runs every panel query of a generated dashboard against a
 Prometheus server over a time range and draws one PNG with one plot per panel. All
 queries run before anything is drawn; any failure raises :class:`ReportError` naming
 the panel and the query, and no file is written.
@@ -40,15 +40,17 @@ def __getattr__(name: str) -> Any:
         return PANELS_KEY
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-#: The dashboard the report draws.
+#: The dashboard the report draws by default; ``kvobs-host-pool`` opens with the host
+#: pool verdict (net benefit, the what-if curve, wasted offloads).
 DASHBOARD = "kvobs-tiers"
 
 
 def build_report(prometheus_url: str, out: str | Path, *, range_s: float = 900.0,
                  step_s: float | None = None, rate_interval: str = "1m",
                  filters: Mapping[str, str] | None = None, end_s: float | None = None,
-                 timeout_s: float = 10.0) -> list[str]:
-    """Render the tiers dashboard from ``prometheus_url`` into the PNG ``out``.
+                 timeout_s: float = 10.0, dashboard: str = DASHBOARD) -> list[str]:
+    """Render ``dashboard`` (a shipped dashboard's stem) from ``prometheus_url`` into the
+    PNG ``out``.
 
     Args:
         prometheus_url: Prometheus base URL, e.g. ``http://127.0.0.1:9090``.
@@ -60,6 +62,7 @@ def build_report(prometheus_url: str, out: str | Path, *, range_s: float = 900.0
             unset ones mean all.
         end_s: end of the range as unix seconds.
         timeout_s: seconds to wait for each Prometheus answer.
+        dashboard: ``kvobs-tiers``, ``kvobs-host-pool`` or ``kvobs-fleet``.
 
     Returns:
         The titles of the panels drawn, in order (one plot each).
@@ -74,7 +77,7 @@ def build_report(prometheus_url: str, out: str | Path, *, range_s: float = 900.0
     end = time.time() if end_s is None else end_s
     step = step_s or max(1.0, range_s / 240)
     variables = all_values(rate_interval) | dict(filters or {})
-    board = dashboard_json(DASHBOARD)
+    board = dashboard_json(dashboard)
     panels = fetch_panels(client, board, variables, end - range_s, end, step)
     stacked = frozenset(
         p["title"] for p in data_panels(board)

@@ -69,3 +69,25 @@ def test_whatif_without_reuse_data_is_a_clear_error(bare_prometheus: Server):
         capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "no kvobs_reuse_* data in the last 1h" in result.stderr
+
+
+def test_report_draws_the_host_pool_verdict(client, prometheus: Server, tmp_path):
+    from test_e2e_stack import read_png
+
+    from kvobs.report.boards import dashboard_json
+    from kvobs.report.fetch import data_panels
+    from kvobs.report.render import PANELS_KEY
+
+    out = tmp_path / "host-pool.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "kvobs", "report", "--prometheus", prometheus.url,
+         "--dashboard", "kvobs-host-pool", "--out", str(out), "--range", "2m",
+         "--rate-interval", "15s"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    titles = [p["title"] for p in data_panels(dashboard_json("kvobs-host-pool"))]
+    assert titles[:4] == ["Net benefit", "Prefill saved vs onload time",
+                          "What-if: hit ratio by cache size", "Wasted offloads"]
+    _, _, texts = read_png(out)
+    assert json.loads(texts[PANELS_KEY]) == titles
+    assert f"{len(titles)} panels of the kvobs-host-pool dashboard" in result.stdout
