@@ -46,7 +46,10 @@ MAX_REFUSED_KEYS = 65536
 
 
 class OffloadingInstrumentation(Instrumentation):
-    """Wrappers on one offloading manager, with per-key lookup tallies.
+    """Wrappers on one offloading manager.
+
+    Per-key ``lookup`` calls are not wrapped (the scheduler makes one per chunk of every
+    prompt; host hits are read where vLLM pins them, in ``prepare_load``).
 
     ``offload`` is the gpu->host link (drops and failures); ``refused`` the chunk keys
     refused and not stored since (oldest forgotten first beyond ``MAX_REFUSED_KEYS``).
@@ -54,8 +57,6 @@ class OffloadingInstrumentation(Instrumentation):
 
     def __init__(self, manager: Any, rec: Recorder, tier: TierRecorder, active: bool) -> None:
         super().__init__(manager, COMPONENT, active, rec, tier)
-        self.lookups = 0       # lookup() calls (one key each)
-        self.lookup_hits = 0   # of them HIT (readable now)
         self.host_hits: HostHits | None = None
         self.offload: LinkEvents = NULL_LINK
         self.refused: OrderedDict[Any, None] = OrderedDict()
@@ -80,26 +81,11 @@ class OffloadingInstrumentation(Instrumentation):
         return new
 
 
-def _chunk(inst: OffloadingInstrumentation, key: Any) -> Any:
-    return inst.target._policy.get(key)
-
-
-def _looked_up(inst: OffloadingInstrumentation, state: None, result: Any, key: Any,
-               req_context: Any) -> None:
-    inst.lookups += 1
-    if result.name == "HIT":
-        inst.lookup_hits += 1
-
-
-def _store_before(inst: OffloadingInstrumentation, keys: Collection[Any],
-                  req_context: Any) -> list[Any]:
-    return [k for k in keys if _chunk(inst, k) is None]  # what a refusal would leave out
-
-
-def _store_prepared(inst: OffloadingInstrumentation, candidates: list[Any], output: Any,
+def _store_prepared(inst: OffloadingInstrumentation, state: None, output: Any,
                     keys: Collection[Any], req_context: Any) -> None:
-    if output is None:
-        inst.offload.drop(inst.refuse(candidates))
+    if output is None:  # refused before anything was inserted: absent keys were refused
+        get = inst.target._policy.get
+        inst.offload.drop(inst.refuse(k for k in keys if get(k) is None))
         return
     if output.keys_to_store:
         inst.tier.allocate(len(output.keys_to_store))
@@ -109,7 +95,8 @@ def _store_prepared(inst: OffloadingInstrumentation, candidates: list[Any], outp
 
 def _writes_pending(inst: OffloadingInstrumentation, keys: Collection[Any],
                     *args: Any, **kwargs: Any) -> list[Any]:
-    return [k for k in keys if (c := _chunk(inst, k)) is not None and not c.is_ready]
+    get = inst.target._policy.get
+    return [k for k in keys if (c := get(k)) is not None and not c.is_ready]
 
 
 def _store_completed(inst: OffloadingInstrumentation, pending: list[Any], result: None,
@@ -129,7 +116,8 @@ def _store_completed(inst: OffloadingInstrumentation, pending: list[Any], result
 
 def _load_before(inst: OffloadingInstrumentation, keys: Collection[Any],
                  req_context: Any) -> int:
-    return sum(1 for k in keys if (c := _chunk(inst, k)) is not None and c.ref_cnt == 0)
+    get = inst.target._policy.get
+    return sum(1 for k in keys if (c := get(k)) is not None and c.ref_cnt == 0)
 
 
 def _load_prepared(inst: OffloadingInstrumentation, idle: int, result: Any,
@@ -141,7 +129,8 @@ def _load_prepared(inst: OffloadingInstrumentation, idle: int, result: Any,
 
 def _last_readers(inst: OffloadingInstrumentation, keys: Collection[Any],
                   req_context: Any) -> int:
-    return sum(1 for k in keys if (c := _chunk(inst, k)) is not None and c.ref_cnt == 1)
+    get = inst.target._policy.get
+    return sum(1 for k in keys if (c := get(k)) is not None and c.ref_cnt == 1)
 
 
 def _load_completed(inst: OffloadingInstrumentation, last: int, result: None,
@@ -162,9 +151,8 @@ def _reset_after(inst: OffloadingInstrumentation, resident: tuple[int, int],
 
 
 SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
-    Hook("lookup", ("key", "req_context"), "lookup", after=_looked_up),
     Hook("prepare_store", ("keys", "req_context"), "allocate, evict, drop",
-         before=_store_before, after=_store_prepared, reiterable=("keys",)),
+         after=_store_prepared, reiterable=("keys",)),
     Hook("complete_store", ("keys", "req_context", "success"), "free, store, fail",
          before=_writes_pending, after=_store_completed, reiterable=("keys",)),
     Hook("prepare_load", ("keys", "req_context"), "reuse", before=_load_before,
