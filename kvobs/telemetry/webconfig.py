@@ -53,6 +53,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -440,6 +441,86 @@ class SecureWSGIServer(ThreadingWSGIServer):
             self.shutdown_request(conn)
 
 
+#: Default for ``min_interval_s``: at most one collection a second, however many scrape.
+MIN_INTERVAL_S = 1.0
+_CACHE_KEYS_LIMIT = 16
+
+
+class CoalescingApp:
+    """A WSGI app in front of the metrics app: renders at most once per ``min_interval_s``.
+
+    Scrapes arriving within ``min_interval_s`` of the last collection get its bytes (one
+    per variant: Accept, Accept-Encoding, query), and concurrent scrapes wait for the one
+    collection in progress instead of each running their own. Collection runs in the
+    engine's process (every recorder snapshot, the OpenTelemetry SDK, the text format):
+    this bounds what scrapers can take from the engine to one collection per interval,
+    whatever their number. Prometheus scrapes each target every 15-60 s, so its scrapes
+    always see a fresh collection; 0 turns caching off (concurrent scrapes still share).
+
+    Example:
+        >>> calls = []
+        >>> def metrics(environ, start_response):
+        ...     calls.append(1)
+        ...     start_response("200 OK", [("Content-Type", "text/plain")])
+        ...     return [b"x 1\\n"]
+        >>> app = CoalescingApp(metrics, min_interval_s=60)
+        >>> env = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics"}
+        >>> for _ in range(3):
+        ...     body = app(env, lambda status, headers: None)
+        >>> len(calls), body
+        (1, [b'x 1\\n'])
+    """
+
+    def __init__(self, app: Callable[..., Any], min_interval_s: float = MIN_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not min_interval_s >= 0:
+            raise ConfigError(f"scrape min interval must be >= 0 seconds, got {min_interval_s!r}")
+        self.app = app
+        self.min_interval_s = min_interval_s
+        self.collections = 0
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, ...], tuple[float, str, list[tuple[str, str]], bytes]] = {}
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("REQUEST_METHOD") != "GET":
+            return self.app(environ, start_response)
+        key = tuple(str(environ.get(name, "")) for name in
+                    ("PATH_INFO", "QUERY_STRING", "HTTP_ACCEPT", "HTTP_ACCEPT_ENCODING"))
+        arrived = self._clock()
+        with self._lock:  # one collection at a time; waiters take its result
+            entry = self._cache.get(key)
+            if entry is None or (arrived - entry[0] >= self.min_interval_s and
+                                 not (self.min_interval_s == 0 and entry[0] >= arrived)):
+                entry = self._render(environ, key)
+        _, status, headers, body = entry
+        start_response(status, list(headers))
+        return [body]
+
+    def _render(self, environ: dict[str, Any],
+                key: tuple[str, ...]) -> tuple[float, str, list[tuple[str, str]], bytes]:
+        captured: list[Any] = []
+
+        def capture(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            captured[:] = [status, headers]
+            return lambda data: None
+
+        started = self._clock()
+        chunks = self.app(environ, capture)
+        try:
+            body = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        self.collections += 1
+        entry = (started, str(captured[0]), list(captured[1]), body)
+        if len(self._cache) >= _CACHE_KEYS_LIMIT:
+            self._cache.clear()
+        self._cache[key] = entry
+        return entry
+
+
 def auth_app(app: Callable[..., Any], config: WebConfig) -> Callable[..., Any]:
     """Wrap the WSGI ``app``: basic auth when users are configured, configured headers."""
     extra = list(config.headers.items())
@@ -489,23 +570,33 @@ class SecureMetricsServer(MetricsServer):
 
 def start_secure_metrics_server(
     address: str,
-    web_config: WebConfig | str | os.PathLike[str],
+    web_config: WebConfig | str | os.PathLike[str] | None,
     port_attempts: int = 1,
     on_error: Callable[[BaseException], None] | None = None,
+    min_interval_s: float = MIN_INTERVAL_S,
 ) -> SecureMetricsServer:
     """Like :func:`kvobs.telemetry.prometheus.start_metrics_server`, served per ``web_config``.
 
     Args:
         address: ``HOST:PORT`` to bind (port 0 = any).
-        web_config: a :class:`WebConfig` or the path of a web config file.
+        web_config: a :class:`WebConfig`, the path of a web config file, or None to
+            serve plain HTTP without authentication (with the collection bound).
         port_attempts: ports to try from PORT upwards when one is taken.
         on_error: told about a certificate rotation that failed (the old files stay in
             use); e.g. ``lambda exc: recorder.error("telemetry.webconfig", exc)``.
+        min_interval_s: at most one collection per this many seconds (see
+            :class:`CoalescingApp`); 0 collects at every scrape.
 
     Raises:
         ConfigError: a bad address or config file, or no port could be bound.
     """
-    config = web_config if isinstance(web_config, WebConfig) else load_web_config(web_config)
+    if web_config is None:
+        config = WebConfig(Path("(none)"), None, {}, {})
+    elif isinstance(web_config, WebConfig):
+        config = web_config
+    else:
+        config = load_web_config(web_config)
+    CoalescingApp(lambda environ, start_response: [], min_interval_s)  # checks the value
     host, port = parse_address(address)
     contexts = _Contexts(config, on_error or (lambda exc: None)) if config.tls else None
     attempts = max(1, port_attempts) if port else 1
@@ -513,7 +604,8 @@ def start_secure_metrics_server(
         candidate = port + offset
         if candidate > 65535:
             break
-        server = _bind(address, host, candidate, config, contexts, last=offset == attempts - 1)
+        server = _bind(address, host, candidate, config, contexts, min_interval_s,
+                       last=offset == attempts - 1)
         if server is not None:
             return server
     raise ConfigError(
@@ -523,7 +615,7 @@ def start_secure_metrics_server(
 
 
 def _bind(address: str, host: str, port: int, config: WebConfig, contexts: _Contexts | None,
-          last: bool) -> SecureMetricsServer | None:
+          min_interval_s: float, last: bool) -> SecureMetricsServer | None:
     registry = CollectorRegistry(auto_describe=True)
     reader = PrometheusMetricReader(
         disable_target_info=False, scope_info_enabled=False, registry=registry
@@ -536,8 +628,8 @@ def _bind(address: str, host: str, port: int, config: WebConfig, contexts: _Cont
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         Server.address_family, bind_host = infos[0][0], str(infos[0][4][0])
-        httpd = make_server(bind_host, port, auth_app(make_wsgi_app(registry), config), Server,
-                            handler_class=_SilentHandler)
+        app = auth_app(CoalescingApp(make_wsgi_app(registry), min_interval_s), config)
+        httpd = make_server(bind_host, port, app, Server, handler_class=_SilentHandler)
     except OSError as exc:
         reader.shutdown()
         if exc.errno == errno.EADDRINUSE:
@@ -556,6 +648,7 @@ def _bind(address: str, host: str, port: int, config: WebConfig, contexts: _Cont
 
 __all__ = [
     "ENV_VAR",
+    "CoalescingApp",
     "SecureMetricsServer",
     "WebConfig",
     "auth_app",

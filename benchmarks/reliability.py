@@ -1,0 +1,372 @@
+"""Reliability figures for the README: scrape load, many engines, sink faults, soak.
+
+Every figure is measured side by side in one run (phases alternate, so both sides see
+the same machine) and printed as a ratio next to its parts.
+
+Subcommands:
+    scrape-load   16 scrapers against an engine running flat out (the demo's pool,
+                  unpaced, benchmarks/reliability_engine.py in its own process): scrape
+                  errors, p50/p99, and the engine's ticks per second with scrapers on vs
+                  off, alternating every --phase seconds.
+    engines       8 engines x 3 tiers exported on one endpoint: scrape p50/p99.
+    sink-faults   the engine's event rate while its OTLP collector is healthy, refusing,
+                  answering 5xx, stalling and black-holing, phase by phase, vs no OTLP.
+    soak          1e7 block events over 1e6 distinct keys through a recorder (host tier:
+                  thrash tracker and residency): RSS growth, untracked count.
+
+Usage:
+    python benchmarks/reliability.py scrape-load --seconds 60
+    python benchmarks/reliability.py engines
+    python benchmarks/reliability.py sink-faults
+    python benchmarks/reliability.py soak --events 10000000 --keys 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "reliability"))  # the fault-injecting receiver
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by nearest rank; nan for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+# --- an engine process ---------------------------------------------------------------
+
+
+class EngineProcess:
+    """benchmarks/reliability_engine.py in a subprocess; windows of ticks read from it."""
+
+    def __init__(self, duration_s: float, *extra: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "benchmarks" / "reliability_engine.py"),
+             "--duration", str(duration_s), "--window", "0.25", *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.process.stdout is not None
+        first = self.process.stdout.readline()
+        if not first:
+            raise RuntimeError("the engine process exited before serving /metrics")
+        self.url: str = json.loads(first)["url"]
+        self.windows: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.windows.append(json.loads(line))
+
+    def ticks_per_s(self, start: float, end: float) -> float:
+        """Loop steps per second over the windows that ended within ``[start, end]``."""
+        chosen = [w for w in self.windows if start < w["t"] <= end]
+        seconds = sum(w["seconds"] for w in chosen)
+        return sum(w["ticks"] for w in chosen) / seconds if seconds else float("nan")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+# --- scrapers --------------------------------------------------------------------------
+
+
+class Scrapers:
+    """``n`` threads scraping ``url`` while ``active`` is set; latencies and errors kept."""
+
+    def __init__(self, url: str, n: int, interval_s: float = 0.0,
+                 check: Callable[[bytes], bool] | None = None, timeout_s: float = 10.0) -> None:
+        self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
+        self.check = check or (lambda body: body.rstrip().endswith(b"# EOF") or b"kvobs_" in body)
+        self.active = threading.Event()
+        self.done = threading.Event()
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            if not self.active.wait(0.05):
+                continue
+            start = time.perf_counter()
+            try:
+                with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
+                    body = response.read()
+                    ok = response.status == 200 and self.check(body)
+            except (urllib.error.URLError, OSError) as exc:
+                self.errors.append(repr(exc))
+                continue
+            elapsed = time.perf_counter() - start
+            if ok:
+                self.latencies.append(elapsed)
+            else:
+                self.errors.append("incomplete or unexpected body")
+            if self.interval_s:
+                time.sleep(max(0.0, self.interval_s - elapsed))
+
+    def stop(self) -> None:
+        self.done.set()
+        for thread in self._threads:
+            thread.join(timeout=self.timeout_s + 5)
+
+
+def scrape_load(seconds: float, scrapers: int, phase_s: float, interval_s: float,
+                server: str = "plain") -> dict[str, Any]:
+    """Scrapers on and off in alternating phases against an engine running flat out."""
+    engine = EngineProcess(seconds + 10, "--server", server)
+    try:
+        pool = Scrapers(engine.url, scrapers, interval_s)
+        time.sleep(1.0)  # the engine's first windows (post warm-up)
+        on: list[tuple[float, float]] = []
+        off: list[tuple[float, float]] = []
+        end = time.monotonic() + seconds
+        scraping = False
+        while time.monotonic() < end:
+            scraping = not scraping
+            (pool.active.set if scraping else pool.active.clear)()
+            time.sleep(0.3)  # settle: requests of the previous phase finish
+            start = time.monotonic()
+            time.sleep(phase_s)
+            (on if scraping else off).append((start, time.monotonic()))
+        pool.active.clear()
+        time.sleep(0.6)
+        pool.stop()
+    finally:
+        engine.close()
+    rate_on = [engine.ticks_per_s(a, b) for a, b in on]
+    rate_off = [engine.ticks_per_s(a, b) for a, b in off]
+    mean_on, mean_off = statistics.fmean(rate_on), statistics.fmean(rate_off)
+    return {
+        "server": server,
+        "scrapers": scrapers,
+        "interval_s": interval_s,
+        "seconds_scraping": round(sum(b - a for a, b in on), 1),
+        "scrapes": len(pool.latencies),
+        "errors": len(pool.errors),
+        "p50_ms": round(percentile(pool.latencies, 0.5) * 1e3, 2),
+        "p99_ms": round(percentile(pool.latencies, 0.99) * 1e3, 2),
+        "engine_ticks_per_s_off": round(mean_off, 1),
+        "engine_ticks_per_s_on": round(mean_on, 1),
+        "engine_loss": round(1 - mean_on / mean_off, 4),
+    }
+
+
+# --- many engines on one endpoint ------------------------------------------------------
+
+
+@contextmanager
+def engines_endpoint(engines: int = 8) -> Iterator[str]:
+    """``engines`` recorders x 3 tiers, every series on one /metrics (see test_load.py)."""
+    from kvobs.recorder import Recorder
+    from kvobs.telemetry.otel import OtelBridge
+    from kvobs.telemetry.prometheus import start_metrics_server
+    from kvobs.telemetry.series import snapshot_series
+
+    recorders = [busy_recorder(Recorder, e) for e in range(engines)]
+
+    def source(rec: Any) -> Callable[[], dict[str, Any]]:
+        common = {"engine": rec.engine, "model": rec.model, **rec.labels}
+        return lambda: {name: [({**common, **labels}, v) for labels, v in values]
+                        for name, values in snapshot_series(rec.snapshot()).items()}
+
+    server = start_metrics_server("127.0.0.1:0")
+    bridge = OtelBridge(recorders[0], [server.reader],
+                        sources=[source(r) for r in recorders[1:]])
+    try:
+        yield server.url
+    finally:
+        bridge.shutdown()
+        server.close()
+
+
+def busy_recorder(recorder_cls: Any, index: int) -> Any:
+    """A recorder with every kind of series a 3-tier engine exports, all non-zero."""
+    rec = recorder_cls(engine=f"engine-{index}", model="llama-3-8b",
+                       labels={"dp_rank": str(index)})
+    for name, capacity in (("gpu", 4096), ("host", 16384), ("disk", 65536)):
+        tier = rec.add_tier(name, capacity_blocks=capacity, block_tokens=16, block_bytes=2**21)
+        tier.allocate(100)
+        tier.free(50, cached=True)
+        tier.store(20)
+        tier.evict(3, reason="explicit")
+    for src, dst in (("gpu", "host"), ("host", "gpu"), ("host", "disk"), ("disk", "host")):
+        link = rec.link(src, dst)
+        link.transfer(4, 4 * 2**21, 0.002)
+        link.fail(1)
+        link.drop(2)
+    for i in range(200):
+        rec.lookup(64, gpu_hit=16, host_hit=16, keys=[(index, i, j) for j in range(4)])
+    return rec
+
+
+def engines_scrape(engines: int, scrapes: int) -> dict[str, Any]:
+    """Sequential scrapes of the many-engine endpoint: latency quantiles and size."""
+    import structlog
+
+    with structlog.testing.capture_logs(), engines_endpoint(engines) as url:
+        latencies, size = [], 0
+        for _ in range(scrapes):
+            start = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = response.read()
+            latencies.append(time.perf_counter() - start)
+            size = len(body)
+    lines = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+    return {"engines": engines, "tiers": 3, "samples": lines, "bytes": size,
+            "p50_ms": round(percentile(latencies, 0.5) * 1e3, 2),
+            "p99_ms": round(percentile(latencies, 0.99) * 1e3, 2)}
+
+
+# --- sink faults -----------------------------------------------------------------------
+
+
+def sink_faults(phase_s: float, rounds: int) -> dict[str, Any]:
+    """Engine ticks per second per receiver mode, modes interleaved round by round."""
+    from faulty_receiver import FaultyReceiver
+
+    modes = ("ok", "refuse", "5xx", "stall", "blackhole")
+    rates: dict[str, list[float]] = {m: [] for m in ("no-otlp", *modes)}
+    with FaultyReceiver(stall_s=3.0) as receiver:
+        baseline = EngineProcess(rounds * phase_s * (len(modes) + 1) + 60)
+        engine = EngineProcess(rounds * phase_s * (len(modes) + 1) + 60,
+                               "--otlp-endpoint", receiver.endpoint)
+        try:
+            time.sleep(1.0)
+            for _ in range(rounds):
+                for mode in modes:
+                    receiver.mode = mode
+                    time.sleep(0.5)
+                    start = time.monotonic()
+                    time.sleep(phase_s)
+                    rates[mode].append(engine.ticks_per_s(start, time.monotonic()))
+                    # the engine without OTLP runs at the same time, as the baseline
+                    rates["no-otlp"].append(baseline.ticks_per_s(start, time.monotonic()))
+            errors = engine.windows[-1]["errors"] if engine.windows else {}
+        finally:
+            receiver.mode = "ok"
+            engine.close()
+            baseline.close()
+    mean = {mode: statistics.fmean(values) for mode, values in rates.items()}
+    return {"phase_s": phase_s, "rounds": rounds,
+            "ticks_per_s": {m: round(v, 1) for m, v in mean.items()},
+            "ratio_to_healthy": {m: round(v / mean["ok"], 3) for m, v in mean.items()},
+            "otlp_failures_counted": errors.get("telemetry.otlp", 0)}
+
+
+# --- soak ------------------------------------------------------------------------------
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def soak(events: int, keys: int, batch: int = 16, report: Callable[[str], None] = print
+         ) -> dict[str, Any]:
+    """``events`` keyed block events over ``keys`` distinct keys through one host tier.
+
+    Each round of a batch of ``batch`` keys: store (offload), reuse (onload) of half of
+    them, evict. Keys cycle over ``keys`` so every key is seen ``events / keys`` times;
+    with more distinct keys than the thrash tracker holds (2^18), it forgets the oldest.
+    """
+    from kvobs.recorder import Recorder
+    from kvobs.telemetry.series import snapshot_series
+
+    rec = Recorder(engine="soak", model="m", clock_ns=time.monotonic_ns)
+    host = rec.add_tier("host", capacity_blocks=keys, block_tokens=16, block_bytes=4096)
+    gc.collect()
+    start_rss = rss_bytes()
+    samples = []
+    done, key, start = 0, 0, time.perf_counter()
+    next_report = events // 10
+    while done < events:
+        batch_keys = [(key + i) % keys for i in range(batch)]
+        key = (key + batch) % keys
+        host.store(batch, keys=batch_keys)
+        host.reuse(batch // 2, keys=batch_keys[: batch // 2])
+        if key % (4 * batch) == 0:  # evict a quarter of what was stored: the rest stays
+            host.evict(batch, keys=batch_keys)
+        done += batch + batch // 2 + (batch if key % (4 * batch) == 0 else 0)
+        if done >= next_report:
+            samples.append(rss_bytes() - start_rss)
+            report(f"soak: {done:>10} events, RSS +{samples[-1] / 2**20:.1f} MiB")
+            next_report += events // 10
+    seconds = time.perf_counter() - start
+    snap = rec.snapshot()
+    return {"events": done, "keys": keys, "seconds": round(seconds, 1),
+            "rss_growth_mib": round((rss_bytes() - start_rss) / 2**20, 1),
+            "rss_growth_second_half_mib": round((samples[-1] - samples[len(samples) // 2 - 1])
+                                                / 2**20, 1) if len(samples) > 1 else 0.0,
+            "tracked_blocks": snap.thrash.tracked_blocks,
+            "untracked_blocks": snap.thrash.untracked_blocks,
+            "exported_untracked": snapshot_series(snap)["kvobs_thrash_untracked_blocks_total"],
+            "buffered_durations": sum(len(d) for d in host.residency.drain())
+            if host.residency is not None else 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    load = sub.add_parser("scrape-load")
+    load.add_argument("--seconds", type=float, default=60.0, help="total time, both phases")
+    load.add_argument("--scrapers", type=int, default=16)
+    load.add_argument("--phase", type=float, default=5.0)
+    load.add_argument("--interval", type=float, default=0.0,
+                      help="seconds between one scraper's scrapes (0: back to back)")
+    load.add_argument("--server", choices=("plain", "coalesced", "both"), default="both")
+    many = sub.add_parser("engines")
+    many.add_argument("--engines", type=int, default=8)
+    many.add_argument("--scrapes", type=int, default=200)
+    faults = sub.add_parser("sink-faults")
+    faults.add_argument("--phase", type=float, default=3.0)
+    faults.add_argument("--rounds", type=int, default=3)
+    long = sub.add_parser("soak")
+    long.add_argument("--events", type=int, default=10_000_000)
+    long.add_argument("--keys", type=int, default=1_000_000)
+    args = parser.parse_args(argv)
+    if args.command == "scrape-load":
+        servers = ("plain", "coalesced") if args.server == "both" else (args.server,)
+        for server in servers[:-1]:
+            print(json.dumps(scrape_load(args.seconds, args.scrapers, args.phase,
+                                         args.interval, server)), flush=True)
+        result = scrape_load(args.seconds, args.scrapers, args.phase, args.interval,
+                             servers[-1])
+    elif args.command == "engines":
+        result = engines_scrape(args.engines, args.scrapes)
+    elif args.command == "sink-faults":
+        result = sink_faults(args.phase, args.rounds)
+    else:
+        result = soak(args.events, args.keys, report=lambda line: print(line, file=sys.stderr))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
