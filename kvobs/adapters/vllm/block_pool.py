@@ -22,13 +22,13 @@ reading taken in between is low, never high), and :meth:`BlockPoolInstrumentatio
 only ever adds the difference between the highest reading and what it already counted,
 through the ordinary :class:`~kvobs.events.TierEvents` calls.
 
-Example:
-    >>> from vllm.v1.core.block_pool import BlockPool        # doctest: +SKIP
-    >>> pool = BlockPool(num_gpu_blocks=1000, enable_caching=True, hash_block_size=16)
-    >>> inst = instrument_block_pool(pool, rec, block_bytes=131072)  # doctest: +SKIP
-    >>> pool.free_blocks(pool.get_new_blocks(4))                     # doctest: +SKIP
-    >>> rec.snapshot().tier("gpu").frees                             # doctest: +SKIP
-    4
+Example (needs vLLM)::
+
+    from vllm.v1.core.block_pool import BlockPool
+    pool = BlockPool(num_gpu_blocks=1000, enable_caching=True, hash_block_size=16)
+    inst = instrument_block_pool(pool, rec, block_bytes=131072)
+    pool.free_blocks(pool.get_new_blocks(4))
+    rec.snapshot().tier("gpu").frees     # 4
 """
 
 from __future__ import annotations

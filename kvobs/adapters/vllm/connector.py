@@ -124,6 +124,13 @@ def instrument_connector_scheduler(side: Any, rec: Recorder, *, gpu_tier: str = 
 
     Raises:
         AdapterError: not an OffloadingConnectorScheduler, or already instrumented.
+
+    Example:
+        >>> inst = instrument_connector_scheduler(
+        ...     scheduler.connector.connector_scheduler, rec)          # doctest: +SKIP
+        >>> scheduler.update_from_output(out, model_runner_output)    # doctest: +SKIP
+        >>> rec.snapshot().link("gpu", "host").blocks                 # doctest: +SKIP
+        3
     """
     def make(active: bool) -> ConnectorInstrumentation:
         inst = ConnectorInstrumentation(side, rec, active)

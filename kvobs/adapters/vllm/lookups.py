@@ -99,6 +99,11 @@ def instrument_lookups(manager: Any, rec: Recorder,
 
     Raises:
         AdapterError: ``manager`` is not a KVCacheManager or is already instrumented.
+
+    Example:
+        >>> inst = instrument_lookups(scheduler.kv_cache_manager, rec)  # doctest: +SKIP
+        >>> rec.snapshot().lookups.gpu_hit                             # doctest: +SKIP
+        64
     """
     def make(active: bool) -> LookupInstrumentation:
         inst = LookupInstrumentation(manager, COMPONENT, active, rec)

@@ -21,11 +21,12 @@ Occupancy is read from the manager at collection: resident = allocated chunks (i
 being written or read, cached = readable and evictable). This is the figure vLLM's own
 ``kv_offload`` usage gauge misses: a full but idle CPU tier reads 100% resident here.
 
-Example:
-    >>> from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # doctest: +SKIP
-    >>> manager = CPUOffloadingManager(num_chunks=1024, cache_policy="arc")
-    >>> inst = instrument_offloading_manager(manager, rec, block_tokens=64,
-    ...                                      block_bytes=8 << 20)  # doctest: +SKIP
+Example (needs vLLM)::
+
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+    manager = CPUOffloadingManager(num_chunks=1024, cache_policy="arc")
+    inst = instrument_offloading_manager(manager, rec, block_tokens=64, block_bytes=8 << 20)
+    rec.snapshot().tier("host").capacity_blocks     # 1024
 """
 
 from __future__ import annotations
