@@ -18,7 +18,9 @@ see :mod:`kvobs.events`, and small functions that read its arguments and result)
 No adapter writes recorder fields or its own ``try``/``except``: readers call the
 :class:`~kvobs.events.TierEvents` / :class:`~kvobs.events.LinkEvents` methods, and a
 hook that only adds one argument to a counter (``count=``) gets a generated wrapper with
-the engine method's own signature, the cheapest Python can do (one call, one add).
+the engine method's own signature, the cheapest Python can do (one call, one add);
+before / after hooks on a method with plain parameters get a generated wrapper with its
+signature too (no ``*args`` packing per call).
 
 Example:
     >>> from kvobs.recorder import Recorder
@@ -435,7 +437,68 @@ def _reiterable(hook: Hook) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple
     return relist
 
 
+#: Names a generated wrapper uses itself (a parameter named so is not generated).
+_GENERATED_NAMES = frozenset({"original", "before", "after", "inst", "error", "component",
+                              "state", "result", "exc", "list", "isinstance"})
+
+
+def _plain_params(original: Callable[..., Any]) -> list[inspect.Parameter] | None:
+    """``original``'s parameters when all are positional-or-keyword (defaults allowed),
+    else None (``*args``, ``**kwargs``, keyword-only or positional-only: not generated)."""
+    try:
+        params = list(inspect.signature(original).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if not all(p.kind is p.POSITIONAL_OR_KEYWORD and p.name.isidentifier()
+               and p.name not in _GENERATED_NAMES and not p.name.startswith("_") for p in params):
+        return None
+    return params
+
+
+def _generated_call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any],
+                            params: list[inspect.Parameter]) -> Any:
+    """A before/after wrapper with ``original``'s own signature (defaults bound through
+    the namespace), so a call pays no ``*args`` packing: generated as dataclasses does,
+    from the identifiers the signature check read."""
+    namespace: dict[str, Any] = {"original": original, "before": hook.before,
+                                 "after": hook.after, "inst": inst, "error": inst.error,
+                                 "component": inst.component, "_seq": (list, tuple)}
+    signature = []
+    for i, param in enumerate(params):
+        if param.default is param.empty:
+            signature.append(param.name)
+        else:
+            namespace[f"_default{i}"] = param.default
+            signature.append(f"{param.name}=_default{i}")
+    args = ", ".join(p.name for p in params)
+    call = f"({args})"
+    lines = [f"def {hook.method}({', '.join(signature)}):"]
+    for name in hook.reiterable:  # readers iterate it as well as the engine
+        lines.append(f"    if not isinstance({name}, _seq):\n        {name} = list({name})")
+    state = "None"
+    if hook.before is not None:
+        lines += ["    try:",
+                  f"        state = before(inst{', ' if args else ''}{args})",
+                  "    except Exception as exc:",
+                  "        error(component, exc)",
+                  f"        return original{call}  # no state: nothing to read after"]
+        state = "state"
+    lines.append(f"    result = original{call}")
+    if hook.after is not None:
+        lines += ["    try:",
+                  f"        after(inst, {state}, result{', ' if args else ''}{args})",
+                  "    except Exception as exc:",
+                  "        error(component, exc)"]
+    lines.append("    return result")
+    exec("\n".join(lines) + "\n", namespace)  # built from identifiers the signature read
+    return namespace[hook.method]
+
+
 def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
+    params = _plain_params(original)
+    if params is not None and all(name in {p.name for p in params}
+                                  for name in hook.reiterable):
+        return _generated_call_wrapper(inst, hook, original, params)
     before, after, error, component = hook.before, hook.after, inst.error, inst.component
     relist = _reiterable(hook) if hook.reiterable else None
 
