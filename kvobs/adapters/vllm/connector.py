@@ -11,6 +11,11 @@ after it, each completed job is one ``transfer`` on ``link("gpu", "host")`` (sto
 ``link("host", "gpu")`` (loads), in host chunks (the slower tier's blocks, so host
 stores equal gpu->host transfer blocks).
 
+After ``update_state_after_alloc`` (the loads of an admitted request planned), the
+request's external hits are split by source with the connector's own
+``get_external_cache_hit_sources`` (what vLLM's ``hits_by_source`` reads) and left for
+the lookup adapter (:class:`~kvobs.adapters.vllm.lookups.ExternalHits`).
+
 Bytes are exactly vLLM's ``OffloadingConnectorStats`` ``store_bytes`` / ``load_bytes``:
 a step's reported bytes go to the jobs completing in it (split by chunks, the remainder
 to the last job); bytes reported in a step where no job of that direction completes
@@ -29,9 +34,10 @@ from __future__ import annotations
 from typing import Any
 
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters.vllm.lookups import ExternalHits
 from kvobs.events import NULL_LINK, LinkEvents
 from kvobs.recorder import Recorder
-from kvobs.tiers import GPU, HOST
+from kvobs.tiers import DISK, GPU, HOST
 
 COMPONENT = "vllm.offloading_connector"
 
@@ -52,6 +58,7 @@ class ConnectorInstrumentation(Instrumentation):
         self.onload: LinkEvents = NULL_LINK
         self.carried_store_bytes = 0
         self.carried_load_bytes = 0
+        self.external: ExternalHits | None = None
 
 
 def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> tuple[
@@ -103,20 +110,45 @@ def _count(link: LinkEvents, jobs: list[int], nbytes: int) -> int:
     return left
 
 
+def _planned(inst: ConnectorInstrumentation, state: None, result: None, request: Any,
+             blocks: Any, num_external_tokens: int) -> None:
+    """The loads of ``request`` are planned: split its external hits by source as vLLM's
+    ``hits_by_source`` does (``get_external_cache_hit_sources``: ``disk`` -> disk hits,
+    ``host`` and ``external_unspecified`` -> host hits; ``p2p``, a peer's cache, is
+    neither)."""
+    external = inst.external
+    if not num_external_tokens or external is None:
+        return
+    host = disk = 0
+    for source, tokens in inst.target.get_external_cache_hit_sources(
+            request, num_external_tokens).items():
+        if source == DISK:
+            disk += tokens
+        elif source != "p2p":
+            host += tokens
+    external.arrive(request.request_id, host, disk)
+
+
 SPEC = AdapterSpec(COMPONENT, ("OffloadingConnectorScheduler",), (
     Hook("update_connector_output", ("connector_output",), "transfer",
          before=_completing, after=_landed),
-), state=("_jobs", "_stale_job_threshold", "manager"))
+    Hook("update_state_after_alloc", ("request", "blocks", "num_external_tokens"), "lookup",
+         after=_planned),
+), state=("_jobs", "_stale_job_threshold", "manager", "get_external_cache_hit_sources"))
 
 
 def instrument_connector_scheduler(side: Any, rec: Recorder, *, gpu_tier: str = GPU,
-                                   tier: str = HOST) -> ConnectorInstrumentation:
+                                   tier: str = HOST,
+                                   external: ExternalHits | None = None,
+                                   ) -> ConnectorInstrumentation:
     """Count the transfers an ``OffloadingConnectorScheduler`` completes into ``rec``.
 
     Args:
         side: ``scheduler.connector.connector_scheduler``.
         rec: the recorder.
         gpu_tier: the GPU tier's name; ``tier`` the offload medium's tier.
+        external: where to leave each request's host / disk hits as the connector
+            splits them (for the lookup adapter).
 
     Returns:
         The instrumentation (inactive, nothing wrapped and one warning naming what is
@@ -137,6 +169,7 @@ def instrument_connector_scheduler(side: Any, rec: Recorder, *, gpu_tier: str = 
         if active:
             inst.offload = rec.link(gpu_tier, tier)
             inst.onload = rec.link(tier, gpu_tier)
+            inst.external = external
         return inst
 
     return instrument(side, SPEC, make)

@@ -7,9 +7,18 @@ re-admissions of preempted requests go to vLLM's ``preempted_*`` figures, not to
 ``queries`` / ``hits``. kvobs counts the same calls the same way, whether or not
 vLLM's ``log_stats`` is on.
 
-Host hits are the chunks the offloading manager pinned for loading for that request in
-the same scheduling step (``prepare_load`` runs inside ``update_state_after_alloc``, just
-before the stats call); :class:`HostHits` carries them from one adapter to the other.
+Host and disk hits, with the whole scheduler instrumented, are split as vLLM splits its
+own ``hits_by_source``: after the connector's ``update_state_after_alloc`` (which plans
+the loads, just before the stats call) the connector adapter asks the connector's
+``get_external_cache_hit_sources`` and leaves the split in :class:`ExternalHits` for
+this adapter. A load vLLM defers (``Scheduler.deferred_loads``: its plan comes in
+``update_from_output`` of a later step, after the stats call) holds the lookup until
+its hits arrive. Without the connector adapter, host hits are the chunks the offloading
+manager pinned for the request (:class:`HostHits`) and disk hits those the tiering
+adapter saw come from disk.
+
+Each lookup carries the request's block hashes (one per full GPU block) as keys: the
+reuse-distance profile (:mod:`kvobs.reuse`) and the ``KVOBS_TRACE_OUT`` trace.
 
 Example:
     >>> hits = HostHits(tokens_per_chunk=64)
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
@@ -55,28 +65,111 @@ class HostHits:
             return self._pending.pop(request_id, 0) * self.tokens_per_chunk
 
 
+class ExternalHits:
+    """Host / disk hit tokens per request as vLLM's connector splits them, waiting for the
+    request's lookup record; and lookups held until a deferred load is planned.
+
+    The connector adapter calls :meth:`arrive` after ``update_state_after_alloc`` with the
+    split of ``get_external_cache_hit_sources`` (what vLLM's ``hits_by_source`` reads);
+    the lookup adapter :meth:`take` s it at ``record_prefix_cache_stats``. A load vLLM
+    defers (``Scheduler.deferred_loads``) is planned after its request's lookup record:
+    that lookup is :meth:`hold` ed and recorded when its hits arrive. Bounded: requests
+    never recorded (aborted between steps) are forgotten after ``max_requests`` newer ones.
+
+    Example:
+        >>> from kvobs.recorder import Recorder
+        >>> rec = Recorder()
+        >>> hits = ExternalHits(rec)
+        >>> hits.arrive("r1", host=32, disk=16); hits.take("r1"), hits.take("r1")
+        ((32, 16), (0, 0))
+        >>> hits.hold("r2", tokens=100, gpu_hit=16, keys=None)  # a deferred load
+        >>> hits.arrive("r2", host=48, disk=0); rec.snapshot().lookups.host_hit
+        48
+    """
+
+    def __init__(self, rec: Recorder, max_requests: int = 4096) -> None:
+        self.rec = rec
+        self.max_requests = max_requests
+        self._pending: dict[str, tuple[int, int]] = {}
+        self._held: dict[str, tuple[int, int, Sequence[Any] | None]] = {}
+
+    def arrive(self, request_id: str, host: int, disk: int) -> None:
+        """``request_id``'s external hits were planned: ``host`` / ``disk`` tokens."""
+        held = self._held.pop(request_id, None)
+        if held is not None:
+            tokens, gpu_hit, keys = held
+            self.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=disk, keys=keys)
+            return
+        pending = self._pending
+        pending[request_id] = (host, disk)
+        if len(pending) > self.max_requests:
+            del pending[next(iter(pending))]
+
+    def take(self, request_id: str) -> tuple[int, int]:
+        """``(host, disk)`` hit tokens planned for ``request_id`` (zeros if none); forgets."""
+        return self._pending.pop(request_id, _NO_HITS)
+
+    def hold(self, request_id: str, tokens: int, gpu_hit: int,
+             keys: Sequence[Any] | None) -> None:
+        """Record ``request_id``'s lookup when its (deferred) hits arrive."""
+        held = self._held
+        held[request_id] = (tokens, gpu_hit, keys)
+        if len(held) > self.max_requests:
+            del held[next(iter(held))]
+
+    @property
+    def held(self) -> int:
+        """Lookups waiting for a deferred load to be planned."""
+        return len(self._held)
+
+
+_NO_HITS = (0, 0)
+
+
 class LookupInstrumentation(Instrumentation):
     """Wrapper on ``KVCacheManager.record_prefix_cache_stats``.
 
     ``preempted_lookups`` counts re-lookups of preempted requests, which vLLM's hit rate
-    (and so kvobs's lookup series) leaves out.
+    (and so kvobs's lookup series) leaves out. Where the hits come from: ``external``
+    (the connector's own split, see :class:`ExternalHits`; with ``deferred``, the
+    scheduler's ``deferred_loads``) when the connector is instrumented, else the chunks
+    the offloading manager pinned (``host_hits``) of which ``disk_hits`` came from disk
+    (the tiering adapter's).
     """
 
     host_hits: HostHits | None = None
+    disk_hits: Any = None  # kvobs.adapters.vllm.tiering.TierHits
+    external: ExternalHits | None = None
+    deferred: Any = None  # Scheduler.deferred_loads
     preempted_lookups: int = 0
+    keyed: bool = True  # pass the request's block hashes (reuse profile, trace)
 
 
 def _recorded(inst: LookupInstrumentation, state: None, result: None, request: Any,
               num_hits: int) -> None:
     if not inst.target.prefix_cache_lookup_enabled(request):
         return
-    pending = inst.host_hits
-    host = pending.take(request.request_id) if pending is not None else 0
+    request_id = request.request_id
+    external = inst.external
+    if external is not None:
+        host, disk = external.take(request_id)
+    else:
+        pinned = inst.host_hits.take(request_id) if inst.host_hits is not None else 0
+        disk = inst.disk_hits.take(request_id) if inst.disk_hits is not None else 0
+        host = pinned - disk  # chunks promoted from disk are pinned in the host tier too
     if request.num_preemptions > 0:  # vLLM's PrefixCacheStats counts these apart
         inst.preempted_lookups += 1
         return
     tokens = request.num_tokens
-    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=min(host, tokens - num_hits))
+    keys = request.block_hashes if inst.keyed else None  # the prompt's full GPU blocks
+    deferred = inst.deferred
+    if deferred and external is not None and request_id in deferred:
+        external.hold(request_id, tokens, num_hits, None if keys is None else list(keys))
+        return
+    left = tokens - num_hits
+    host = min(host, left)
+    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, disk_hit=min(disk, left - host),
+                    keys=keys)
 
 
 SPEC = AdapterSpec(COMPONENT, ("KVCacheManager",), (
@@ -84,18 +177,27 @@ SPEC = AdapterSpec(COMPONENT, ("KVCacheManager",), (
 ), state=("block_pool", "prefix_cache_lookup_enabled"))
 
 
-def instrument_lookups(manager: Any, rec: Recorder,
-                       host_hits: HostHits | None = None) -> LookupInstrumentation:
+def instrument_lookups(manager: Any, rec: Recorder, host_hits: HostHits | None = None, *,
+                       external: ExternalHits | None = None, deferred: Any = None,
+                       keyed: bool = True) -> LookupInstrumentation:
     """Count every admitted request's prefix lookup of ``manager`` into ``rec``.
 
     Counted as vLLM's ``PrefixCacheStats`` counts them (``queries`` / ``hits``): requests
     admitted with a prefix-cache lookup, first admissions only (re-admissions after a
     preemption are tallied in ``preempted_lookups``), whether or not ``log_stats`` is on.
+    Each lookup carries the request's block hashes (``request.block_hashes``: one per
+    full GPU block of its tokens, in order) as keys, for the reuse-distance profile and
+    the ``KVOBS_TRACE_OUT`` trace (``keyed=False``: none).
 
     Args:
         manager: the scheduler's ``KVCacheManager``.
         rec: the recorder.
         host_hits: host hits to attribute (from the offloading manager adapter).
+        external: host / disk hits as the connector splits them (from the connector
+            adapter; replaces ``host_hits``).
+        deferred: the scheduler's ``deferred_loads`` (lookups of deferred loads wait
+            for their hits in ``external``).
+        keyed: pass block hashes with each lookup.
 
     Raises:
         AdapterError: ``manager`` is not a KVCacheManager or is already instrumented.
@@ -108,6 +210,9 @@ def instrument_lookups(manager: Any, rec: Recorder,
     def make(active: bool) -> LookupInstrumentation:
         inst = LookupInstrumentation(manager, COMPONENT, active, rec)
         inst.host_hits = host_hits
+        inst.external = external
+        inst.deferred = deferred
+        inst.keyed = keyed
         return inst
 
     return instrument(manager, SPEC, make)

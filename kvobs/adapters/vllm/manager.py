@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterError, Instrumentation
+from kvobs.adapters._hooks import AdapterError, Instrumentation, class_names
 from kvobs.adapters.vllm.block_pool import instrument_block_pool
 from kvobs.adapters.vllm.capacity import (
     gpu_tier_capacity,
@@ -22,8 +22,15 @@ from kvobs.adapters.vllm.capacity import (
     readable_kv_cache_config,
 )
 from kvobs.adapters.vllm.connector import instrument_connector_scheduler
-from kvobs.adapters.vllm.lookups import HostHits, instrument_lookups
-from kvobs.adapters.vllm.offloading import instrument_offloading_manager
+from kvobs.adapters.vllm.lookups import COMPONENT as LOOKUPS
+from kvobs.adapters.vllm.lookups import (
+    ExternalHits,
+    HostHits,
+    LookupInstrumentation,
+    instrument_lookups,
+)
+from kvobs.adapters.vllm.offloading import COMPONENT as HOST_COMPONENT
+from kvobs.adapters.vllm.offloading import OffloadingInstrumentation, instrument_offloading_manager
 from kvobs.recorder import Recorder
 
 
@@ -97,16 +104,20 @@ def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
 
     Finds ``scheduler.kv_cache_manager`` and, when the KV connector is the offloading
     connector, its scheduler side (``OffloadingConnectorScheduler``: its transfers), its
-    ``CPUOffloadingManager`` (the host tier) and chunk size.
+    ``CPUOffloadingManager`` (the host tier) and chunk size. With vLLM's tiering
+    (``TieringOffloadingManager``) the host tier is its ``primary_tier`` (a
+    ``CPUPrimaryTierOffloadingManager``); the secondary tiers are instrumented by
+    :func:`~kvobs.adapters.vllm.tiering.instrument_tiering` (the plugin does both).
 
     Example:
         >>> inst = instrument_scheduler(scheduler, Recorder(engine="vllm"))  # doctest: +SKIP
     """
     offloading, tokens, chunk_bytes = None, 0, 0
     side = getattr(getattr(scheduler, "connector", None), "connector_scheduler", None)
-    if side is not None and type(getattr(side, "manager", None)).__name__ == \
-            "CPUOffloadingManager":
-        offloading = side.manager
+    manager = getattr(side, "manager", None)
+    host = getattr(manager, "primary_tier", manager)  # tiering: its CPU primary tier
+    if side is not None and "CPUOffloadingManager" in class_names(host):
+        offloading = host
         tokens = int(side.config.kv_group_configs[0].tokens_per_chunk)
         chunk_bytes = host_tier_capacity(offloading, tokens).block_bytes
     result = instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
@@ -115,6 +126,16 @@ def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
     if offloading is not None:
         with ExitStack() as undo:
             undo.callback(result.unwrap)
-            result.parts.append(instrument_connector_scheduler(side, rec))
+            external = ExternalHits(rec)
+            connector = instrument_connector_scheduler(side, rec, external=external)
+            result.parts.append(connector)
+            lookups = result.part(LOOKUPS)
+            host = result.part(HOST_COMPONENT)
+            if connector.active and isinstance(lookups, LookupInstrumentation):
+                # hits as vLLM's hits_by_source splits them, deferred loads included
+                lookups.external = external
+                lookups.deferred = getattr(scheduler, "deferred_loads", None)
+                if isinstance(host, OffloadingInstrumentation):
+                    host.host_hits = None
             undo.pop_all()
     return result

@@ -17,6 +17,16 @@ the vocabulary of :mod:`kvobs.events`:
   ``complete_load`` -> the last reader's ``free(cached=True)``;
 * ``reset_cache`` -> chunks in use freed, cached ones evicted (reason ``reset``).
 
+With vLLM's tiering the manager is the ``CPUPrimaryTierOffloadingManager``, which binds
+``prepare_write`` / ``complete_write`` / ``complete_read`` to the original store / load
+methods in its ``__init__`` and reads for cascades with ``prepare_read``; those are
+wrapped too (optional hooks): ``prepare_write`` (a promotion from disk reserving chunks)
+-> ``allocate`` / ``evict`` (capacity); ``complete_write`` -> ``free(cached=True)``
+(``free`` when the promotion failed); ``prepare_read`` (a cascade pinning chunks) ->
+``reuse`` of the idle ones, unkeyed; ``complete_read`` -> the last reader's
+``free(cached=True)``. Promotions are not ``store``: host stores stay equal to the
+gpu->host transfer chunks.
+
 Occupancy is read from the manager at collection: resident = allocated chunks (in use =
 being written or read, cached = readable and evictable). This is the figure vLLM's own
 ``kv_offload`` usage gauge misses: a full but idle CPU tier reads 100% resident here.
@@ -139,6 +149,32 @@ def _load_completed(inst: OffloadingInstrumentation, last: int, result: None,
     inst.tier.free(last, cached=True)  # the last reader finished: in use -> cached
 
 
+def _write_prepared(inst: OffloadingInstrumentation, state: None, output: Any,
+                    keys: Collection[Any], req_context: Any) -> None:
+    """A promotion from a secondary tier reserving host chunks (not an offload: no drop
+    when refused, and no store when it lands)."""
+    if output is None:
+        return
+    if output.keys_to_store:
+        inst.tier.allocate(len(output.keys_to_store))
+    if output.evicted_keys:
+        inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.evicted_keys)
+
+
+def _write_completed(inst: OffloadingInstrumentation, pending: list[Any], result: None,
+                     keys: Collection[Any], req_context: Any, success: bool = True) -> None:
+    """A promotion landed (in use -> cached) or failed (the chunks are emptied)."""
+    if pending:
+        inst.tier.free(len(pending), cached=bool(success))
+
+
+def _read_prepared(inst: OffloadingInstrumentation, idle: int, result: Any,
+                   keys: Collection[Any], req_context: Any) -> None:
+    """A cascade to a secondary tier pinning host chunks while it reads them."""
+    if idle:
+        inst.tier.reuse(idle)  # unkeyed: a cascade read is not an onload
+
+
 def _reset_before(inst: OffloadingInstrumentation) -> tuple[int, int]:
     return inst.resident()
 
@@ -161,6 +197,16 @@ SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
     Hook("complete_load", ("keys", "req_context"), "free", before=_last_readers,
          after=_load_completed, reiterable=("keys",)),
     Hook("reset_cache", (), "free, evict", before=_reset_before, after=_reset_after),
+    # The tiering primary tier (``CPUPrimaryTierOffloadingManager``) binds these aliases
+    # of the methods above in its ``__init__``: promotions and cascade reads call them.
+    Hook("prepare_write", ("keys", "req_context"), "allocate, evict", after=_write_prepared,
+         reiterable=("keys",), optional=True),
+    Hook("complete_write", ("keys", "req_context", "success"), "free",
+         before=_writes_pending, after=_write_completed, reiterable=("keys",), optional=True),
+    Hook("prepare_read", ("keys", "req_context"), "reuse", before=_load_before,
+         after=_read_prepared, reiterable=("keys",), optional=True),
+    Hook("complete_read", ("keys", "req_context"), "free", before=_last_readers,
+         after=_load_completed, reiterable=("keys",), optional=True),
 ), state=("_num_chunks", "_num_allocated_chunks", "_free_list", "_num_evictable_cache_chunks",
           "_policy.get"))
 

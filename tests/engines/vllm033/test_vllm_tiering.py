@@ -33,6 +33,8 @@ from vllm.v1.structured_output import StructuredOutputManager
 from vllm_engine import EngineDriver, build_vllm_config, layer_specs, plan_kv_cache
 
 from kvobs.adapters._hooks import AdapterError
+from kvobs.adapters.vllm import plugin
+from kvobs.adapters.vllm.manager import instrument_scheduler
 from kvobs.adapters.vllm.tiering import (
     TierHits,
     instrument_tiering,
@@ -121,6 +123,7 @@ class WorkerLoop(EngineDriver):
         self.connector = connector
         self.settle = settle  # let the file-system tier finish its I/O after each step
         self.disk_hits_by_vllm = 0
+        self.host_hits_by_vllm = 0
 
     @property
     def busy(self) -> bool:
@@ -149,6 +152,7 @@ class WorkerLoop(EngineDriver):
         connector_hits = getattr(stats, "connector_prefix_cache_stats", None)
         if connector_hits is not None:
             self.disk_hits_by_vllm += connector_hits.hits_by_source.get(CacheHitSource.DISK, 0)
+            self.host_hits_by_vllm += connector_hits.hits_by_source.get(CacheHitSource.HOST, 0)
         self.steps += 1
         if self.settle:
             self.settle_tiers()
@@ -169,6 +173,12 @@ class WorkerLoop(EngineDriver):
     def disk_files(self, root: Path) -> int:
         """Chunks on disk: the block files vLLM's file-system tier wrote."""
         return sum(1 for p in root.rglob("*.bin"))
+
+    def primary_state(self) -> tuple[int, int]:
+        """Host ``(in_use, cached)`` chunks of the tiering manager's CPU primary tier."""
+        m = self.offloading_manager.primary_tier
+        allocated = m._num_allocated_chunks - len(m._free_list)
+        return allocated - m._num_evictable_cache_chunks, m._num_evictable_cache_chunks
 
     def promotions_in_flight(self, tier_idx: int = 0) -> int:
         """Chunks of promotion jobs the tiering manager has not seen finish."""
@@ -327,3 +337,62 @@ def test_disk_series_are_exported(loop, tmp_path):
 def test_not_a_tiering_manager_is_refused():
     with pytest.raises(AdapterError, match="TieringOffloadingManager"):
         instrument_tiering(object(), Recorder(), block_tokens=16)
+
+
+@pytest.fixture
+def wide_host_loop(tmp_path):
+    """A host tier (12 chunks) wider than the GPU pool (11 blocks): host hits happen."""
+    scheduler = tiering_scheduler(tmp_path, gpu_blocks=12, host_chunks=12)
+    driver = WorkerLoop(scheduler, worker_connector(scheduler))
+    yield driver
+    driver.offloading_manager.shutdown()
+
+
+def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, tmp_path):
+    """``instrument_scheduler`` + the plugin's tiering attach on a tiering scheduler: the
+    host tier is the CPU primary tier (promotions and cascade reads included), gpu<->host
+    transfers are counted, and lookups split host / disk hits as vLLM's hits_by_source."""
+    loop = wide_host_loop
+    rec = Recorder(engine="vllm")
+    inst = instrument_scheduler(loop.scheduler, rec)
+    assert inst.active
+    assert [p.component for p in inst.parts] == [
+        "vllm.block_pool", "vllm.kv_cache_manager", "vllm.cpu_offloading_manager",
+        "vllm.offloading_connector"]
+    primary = loop.offloading_manager.primary_tier
+    assert inst.part("vllm.cpu_offloading_manager").target is primary
+    for alias in ("prepare_write", "complete_write", "complete_read", "prepare_read"):
+        assert alias in inst.part("vllm.cpu_offloading_manager").wrapped_methods
+    tiering = plugin._attach_tiering(loop.scheduler, rec, inst)
+    assert tiering is not None and tiering.active
+    root = tmp_path / "fs"
+
+    def truth():
+        in_flight = loop.promotions_in_flight()
+        return {"gpu": loop.gpu_state(), "host": loop.primary_state(),
+                "disk": (in_flight, loop.disk_files(root) - in_flight)}
+
+    kit = Conformance(rec, truth=truth)
+    for turn in range(3):
+        for conv in (*range(6), 2):  # back after 3 others: off the GPU, still on the host
+            loop.add(f"c{conv}-t{turn}-{loop.steps}", prompt(conv, 3), max_tokens=2)
+            for _ in range(400):
+                if not loop.busy:
+                    break
+                loop.step()
+                kit.check(f"turn {turn} conv {conv} step {loop.steps}")
+    snap = kit.check("end")
+    host, offload = snap.tier("host"), snap.link("gpu", "host")
+    assert host.stores == offload.blocks > 0  # promotions are not stores
+    assert snap.link("host", "gpu").blocks > 0 and snap.link("disk", "host").blocks > 0
+    lookups = snap.lookups
+    assert loop.disk_hits_by_vllm > 0 and loop.host_hits_by_vllm > 0
+    assert lookups.disk_hit == loop.disk_hits_by_vllm
+    assert lookups.host_hit == loop.host_hits_by_vllm
+    assert lookups.host_hit + lookups.disk_hit == loop.connector_hits
+    assert (lookups.tokens, lookups.gpu_hit) == (loop.prefix_queries, loop.prefix_hits)
+    tiering.unwrap()
+    inst.unwrap()
+    for alias in ("prepare_write", "complete_write", "complete_read"):
+        assert getattr(primary, alias).__func__ is getattr(type(primary), alias.replace(
+            "write", "store").replace("read", "load"))
