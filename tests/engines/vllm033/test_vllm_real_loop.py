@@ -401,3 +401,45 @@ def test_connector_reset_with_transfers_in_flight(tmp_path: Path) -> None:
     assert snap.tier("host").stores == snap.link("gpu", "host").blocks > 0
     assert snap.link("gpu", "host").bytes == driver.vllm_store_bytes  # stale jobs' bytes too
     assert snap.errors == {}
+
+
+def test_lookups_carry_block_hashes_for_the_reuse_profile_and_the_trace(
+        tmp_path: Path) -> None:
+    """Each lookup passes the request's block hashes: the reuse profile counts exactly the
+    blocks vLLM hashed for the admitted requests, and a trace written from the real loop
+    replays through ``kvobs whatif`` to the profile's hit ratios."""
+    from kvobs.whatif import curve_from_trace
+
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES),
+                          transfer_delay=1)
+    requests: list[Any] = []
+    add = driver.add
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        req = add(*args, **kwargs)
+        requests.append(req)
+        return req
+
+    driver.add = keep  # type: ignore[method-assign]
+    rec, inst, kit = instrumented(driver)
+    profile = rec.start_reuse_profile(rate=1.0)  # every reference: comparable exactly
+    assert profile is not None
+    trace_path = tmp_path / "lookups.jsonl"
+    rec.open_trace(str(trace_path))
+    conversations(driver, kit.check)
+    assert driver.preempted_requests == 0  # every request looked up once
+    # vLLM's own hashes: one per full GPU block of each prompt
+    hashed = sum(len(req.block_hashes[: req.num_prompt_tokens // driver.block_size])
+                 for req in requests)
+    assert hashed == sum(len(req.prompt_token_ids) // driver.block_size for req in requests)
+    assert profile.total == hashed > 0
+    assert rec.snapshot().reuse.references == hashed  # type: ignore[union-attr]
+    rec.trace.close()  # type: ignore[union-attr]
+    with trace_path.open() as lines:
+        curve = curve_from_trace(lines)
+    assert curve.exact and curve.references == hashed
+    for bound in profile.bounds:
+        assert curve.hit_ratio(bound) == pytest.approx(profile.hit_ratio(bound), abs=1e-12)
+    gpu_blocks = rec.snapshot().tier("gpu").capacity_blocks
+    assert 0 < curve.hit_ratio(gpu_blocks) < 1
+    inst.unwrap()
