@@ -21,7 +21,12 @@ from kvobs.adapters.vllm.connector import (
     ConnectorInstrumentation,
     instrument_connector_scheduler,
 )
-from kvobs.adapters.vllm.lookups import HostHits, LookupInstrumentation, instrument_lookups
+from kvobs.adapters.vllm.lookups import (
+    ExternalHits,
+    HostHits,
+    LookupInstrumentation,
+    instrument_lookups,
+)
 from kvobs.adapters.vllm.manager import (
     VllmInstrumentation,
     instrument_kv_cache_manager,
@@ -31,14 +36,17 @@ from kvobs.adapters.vllm.offloading import (
     OffloadingInstrumentation,
     instrument_offloading_manager,
 )
+from kvobs.adapters.vllm.steps import StepInstrumentation, instrument_steps
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
 
 __all__ = [
     "BlockPoolInstrumentation",
     "ConnectorInstrumentation",
+    "ExternalHits",
     "HostHits",
     "LookupInstrumentation",
     "OffloadingInstrumentation",
+    "StepInstrumentation",
     "TransferInstrumentation",
     "VllmInstrumentation",
     "gpu_tier_capacity",
@@ -50,4 +58,5 @@ __all__ = [
     "instrument_offloading_manager",
     "instrument_offloading_worker",
     "instrument_scheduler",
+    "instrument_steps",
 ]

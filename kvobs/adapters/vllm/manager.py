@@ -4,7 +4,7 @@ Example:
     >>> inst = instrument_scheduler(engine_core.scheduler, rec)   # doctest: +SKIP
     >>> [part.component for part in inst.parts]                   # doctest: +SKIP
     ['vllm.block_pool', 'vllm.kv_cache_manager', 'vllm.cpu_offloading_manager',
-     'vllm.offloading_connector']
+     'vllm.scheduler_steps', 'vllm.offloading_connector']
     >>> inst.unwrap()                                             # doctest: +SKIP
 """
 
@@ -31,6 +31,7 @@ from kvobs.adapters.vllm.lookups import (
 )
 from kvobs.adapters.vllm.offloading import COMPONENT as HOST_COMPONENT
 from kvobs.adapters.vllm.offloading import OffloadingInstrumentation, instrument_offloading_manager
+from kvobs.adapters.vllm.steps import instrument_steps
 from kvobs.recorder import Recorder
 
 
@@ -99,7 +100,8 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
     return result
 
 
-def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
+def instrument_scheduler(scheduler: Any, rec: Recorder, *,
+                         steps: bool = True) -> VllmInstrumentation:
     """Instrument everything a vLLM v1 ``Scheduler`` holds that kvobs knows.
 
     Finds ``scheduler.kv_cache_manager`` and, when the KV connector is the offloading
@@ -108,6 +110,8 @@ def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
     (``TieringOffloadingManager``) the host tier is its ``primary_tier`` (a
     ``CPUPrimaryTierOffloadingManager``); the secondary tiers are instrumented by
     :func:`~kvobs.adapters.vllm.tiering.instrument_tiering` (the plugin does both).
+    With ``steps`` (the default) the scheduler's own steps are timed for the measured
+    prefill cost (:mod:`kvobs.adapters.vllm.steps`).
 
     Example:
         >>> inst = instrument_scheduler(scheduler, Recorder(engine="vllm"))  # doctest: +SKIP
@@ -123,6 +127,11 @@ def instrument_scheduler(scheduler: Any, rec: Recorder) -> VllmInstrumentation:
     result = instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
                                          offloading_manager=offloading,
                                          host_block_tokens=tokens, host_block_bytes=chunk_bytes)
+    if steps:
+        with ExitStack() as undo:
+            undo.callback(result.unwrap)
+            result.parts.append(instrument_steps(scheduler, rec))
+            undo.pop_all()
     if offloading is not None:
         with ExitStack() as undo:
             undo.callback(result.unwrap)

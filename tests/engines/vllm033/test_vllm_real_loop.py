@@ -363,7 +363,8 @@ def test_without_offloading_the_gpu_tier_and_lookups_equal_vllm(tmp_path: Path) 
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=None,
                                           kv_events=True))
     rec, inst, kit = instrumented(driver)
-    assert [part.component for part in inst.parts] == ["vllm.block_pool", "vllm.kv_cache_manager"]
+    assert [part.component for part in inst.parts] == ["vllm.block_pool", "vllm.kv_cache_manager",
+                                                       "vllm.scheduler_steps"]
 
     conversations(driver, kit.check, chats=6, turns=3, seed=8)
 
@@ -442,4 +443,38 @@ def test_lookups_carry_block_hashes_for_the_reuse_profile_and_the_trace(
         assert curve.hit_ratio(bound) == pytest.approx(profile.hit_ratio(bound), abs=1e-12)
     gpu_blocks = rec.snapshot().tier("gpu").capacity_blocks
     assert 0 < curve.hit_ratio(gpu_blocks) < 1
+    inst.unwrap()
+
+
+def test_step_times_give_the_measured_prefill_cost(tmp_path: Path) -> None:
+    """A model whose step takes 0.5 ms + 20 us per prompt token (busy-waited between
+    ``schedule()`` and ``update_from_output()``): kvobs measures the cost from the steps
+    vLLM schedules and counts host hits as saved prefill at that cost."""
+    cost, base = 20e-6, 5e-4
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES),
+                          transfer_delay=1,
+                          model_seconds=lambda out: base + cost * driver.prefill_tokens(out))
+    rec, inst, kit = instrumented(driver)
+    assert inst.part("vllm.scheduler_steps") is not None
+    rnd = np.random.default_rng(3)
+    for i in range(96):  # warm-up: prompts of many lengths, no reuse
+        driver.add(f"warm{i}", [int(t) for t in rnd.integers(0, 1000, int(rnd.integers(20, 300)))],
+                   max_tokens=int(rnd.integers(1, 4)))
+        while len(driver.scheduler.waiting) + len(driver.scheduler.running) >= 2:
+            driver.step()
+    driver.run()
+    measured = rec.prefill_cost
+    assert measured.source == "measured"
+    assert measured.seconds_per_token == pytest.approx(cost, rel=0.10)
+    before_hits = driver.connector_hits
+    with capture_telemetry(rec) as telemetry:
+        saved_before = telemetry.value("kvobs_prefill_saved_seconds_total", tier="host")
+    conversations(driver, kit.check)
+    host_tokens = driver.connector_hits - before_hits  # vLLM's own host hits
+    assert host_tokens > 0
+    with capture_telemetry(rec) as telemetry:
+        saved = telemetry.value("kvobs_prefill_saved_seconds_total", tier="host") - saved_before
+        assert telemetry.value("kvobs_prefill_cost_info", source="measured") == 1
+    assert saved == pytest.approx(host_tokens * cost, rel=0.10)
+    assert saved == pytest.approx(host_tokens * rec.prefill_cost.seconds_per_token, rel=0.02)
     inst.unwrap()

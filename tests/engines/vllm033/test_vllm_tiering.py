@@ -358,7 +358,7 @@ def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, 
     assert inst.active
     assert [p.component for p in inst.parts] == [
         "vllm.block_pool", "vllm.kv_cache_manager", "vllm.cpu_offloading_manager",
-        "vllm.offloading_connector"]
+        "vllm.scheduler_steps", "vllm.offloading_connector"]
     primary = loop.offloading_manager.primary_tier
     assert inst.part("vllm.cpu_offloading_manager").target is primary
     for alias in ("prepare_write", "complete_write", "complete_read", "prepare_read"):

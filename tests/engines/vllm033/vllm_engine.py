@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,6 +238,8 @@ class EngineDriver:
         seconds_per_byte: transfer time the synthetic worker reports.
         keep_history: keep every step's :class:`StepRecord` in ``history`` (benchmarks
             turn it off).
+        model_seconds: how long the synthetic model runs for a ``SchedulerOutput``
+            (busy-waited between ``schedule()`` and ``update_from_output()``); None: no wait.
 
     Truth accumulated from vLLM itself: ``prefix_queries`` / ``prefix_hits`` (its
     ``PrefixCacheStats``), ``connector_queries`` / ``connector_hits`` (the connector's
@@ -248,13 +250,15 @@ class EngineDriver:
 
     def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
                  worker_lag: int = 0, seconds_per_byte: float = 1e-10,
-                 keep_history: bool = True) -> None:
+                 keep_history: bool = True,
+                 model_seconds: Callable[[Any], float] | None = None) -> None:
         self.scheduler = scheduler
         self.transfer_delay = transfer_delay
         self.workers = workers
         self.worker_lag = worker_lag
         self.keep_history = keep_history
         self.seconds_per_byte = seconds_per_byte
+        self.model_seconds = model_seconds
         self.block_size = scheduler.block_size
         self.hasher = get_request_block_hasher(self.block_size, sha256)
         self.steps = 0
@@ -332,6 +336,10 @@ class EngineDriver:
         out = self.scheduler.schedule()
         self.scheduler_seconds += time.perf_counter() - started
         self.scheduler_cpu_seconds += time.thread_time() - cpu
+        if self.model_seconds is not None:  # the forward pass, as a busy wait
+            deadline = time.perf_counter() + self.model_seconds(out)
+            while time.perf_counter() < deadline:
+                pass
         meta = out.kv_connector_metadata
         stores = list(getattr(meta, "store_jobs", {}) or {})
         loads = list(getattr(meta, "load_jobs", {}) or {})
@@ -464,6 +472,16 @@ class EngineDriver:
         allocated = m._num_allocated_chunks - len(m._free_list)
         cached = m._num_evictable_cache_chunks
         return allocated - cached, cached
+
+    def prefill_tokens(self, out: Any) -> int:
+        """Prompt tokens a ``SchedulerOutput`` computes, from vLLM's requests (after
+        ``schedule()``, which has advanced their ``num_computed_tokens``)."""
+        total = 0
+        for req_id, n in out.num_scheduled_tokens.items():
+            req = self.scheduler.requests[req_id]
+            start = req.num_computed_tokens - n
+            total += max(0, min(req.num_computed_tokens, req.num_prompt_tokens) - start)
+        return total
 
     def truth(self) -> dict[str, tuple[int, int]]:
         """``{tier: (in_use, cached)}`` as vLLM holds it."""

@@ -1,0 +1,96 @@
+"""vLLM 0.33 ``Scheduler`` steps -> the measured prefill cost (:mod:`kvobs.benefit`).
+
+The engine core runs one step as ``schedule()`` -> the model executes the
+``SchedulerOutput`` -> ``update_from_output(scheduler_output, model_runner_output)``.
+This adapter times each step from ``schedule()`` returning to ``update_from_output``
+being called with that output (the model execution, as the scheduler process sees it)
+and counts its tokens from the output: tokens of requests still prefilling (new
+requests, resumed ones, and running ones with no output token yet: chunked prefill)
+against decode tokens (the rest), then calls ``rec.step(seconds, prefill, decode)``,
+whose fit gives ``kvobs_prefill_cost_info{source="measured"}``.
+
+With async scheduling (two outputs in flight) each output is paired with its own
+``update_from_output`` call; the step time then includes the overlap with the next
+``schedule()``. Steps that scheduled nothing are not fed.
+
+Example (needs vLLM)::
+
+    inst = instrument_steps(scheduler, rec)
+    ...  # the engine loop
+    rec.prefill_cost.source            # "measured" after 32 steps with prefill
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any
+
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.recorder import Recorder
+
+COMPONENT = "vllm.scheduler_steps"
+#: Outputs waiting for their ``update_from_output`` (async scheduling keeps two).
+MAX_IN_FLIGHT = 8
+
+
+class StepInstrumentation(Instrumentation):
+    """Wrappers on one ``Scheduler``: ``in_flight`` maps each scheduled output (by id) to
+    ``(scheduled at, prefill tokens, decode tokens)``."""
+
+    def __init__(self, scheduler: Any, rec: Recorder, active: bool) -> None:
+        super().__init__(scheduler, COMPONENT, active, rec)
+        self.in_flight: dict[int, tuple[float, int, int]] = {}
+
+
+def step_tokens(out: Any) -> tuple[int, int]:
+    """``(prefill, decode)`` tokens a ``SchedulerOutput`` schedules."""
+    counts = out.num_scheduled_tokens
+    prefill = 0
+    for new in out.scheduled_new_reqs:
+        prefill += counts.get(new.req_id, 0)
+    cached = out.scheduled_cached_reqs
+    resumed = cached.resumed_req_ids
+    outputs = cached.num_output_tokens
+    if resumed or 0 in outputs:  # a decode-only step skips the walk
+        for req_id, n_out in zip(cached.req_ids, outputs, strict=False):
+            if n_out == 0 or req_id in resumed:
+                prefill += counts.get(req_id, 0)
+    return prefill, out.total_num_scheduled_tokens - prefill
+
+
+def _scheduled(inst: StepInstrumentation, state: None, out: Any,
+               throttle_prefills: bool = False) -> None:
+    if not out.total_num_scheduled_tokens:
+        return
+    prefill, decode = step_tokens(out)
+    in_flight = inst.in_flight
+    in_flight[id(out)] = (perf_counter(), prefill, decode)
+    if len(in_flight) > MAX_IN_FLIGHT:  # outputs never executed (an engine shutting down)
+        del in_flight[next(iter(in_flight))]
+
+
+def _executed(inst: StepInstrumentation, scheduler_output: Any,
+              model_runner_output: Any) -> None:
+    started = inst.in_flight.pop(id(scheduler_output), None)
+    if started is not None:
+        at, prefill, decode = started
+        inst.rec.step(perf_counter() - at, prefill, decode)
+
+
+SPEC = AdapterSpec(COMPONENT, ("Scheduler",), (
+    Hook("schedule", (), "track", after=_scheduled),
+    Hook("update_from_output", ("scheduler_output", "model_runner_output"), "track",
+         before=_executed),
+))
+
+
+def instrument_steps(scheduler: Any, rec: Recorder) -> StepInstrumentation:
+    """Feed ``rec.step`` from every step of a vLLM v1 ``Scheduler``.
+
+    Raises:
+        AdapterError: not a Scheduler, or already instrumented.
+    """
+    def make(active: bool) -> StepInstrumentation:
+        return StepInstrumentation(scheduler, rec, active)
+
+    return instrument(scheduler, SPEC, make)
