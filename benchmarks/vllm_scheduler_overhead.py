@@ -4,7 +4,9 @@
    CPU offloading, transfers completing two steps later), driven with the same
    deterministic workload of 64+ running requests (shared prefixes, finished requests
    replaced at once); one is instrumented by ``instrument_scheduler`` (what the plugin
-   does), the other is not, and a third plain one is the noise gauge (plain vs plain).
+   does: block hashes into the reuse-distance profile and step timing for the measured
+   prefill cost included, as by default), the other is not, and a third plain one is
+   the noise gauge (plain vs plain).
    Rounds of a few steps rotate the order between them so drift hits all alike; only
    the time inside ``schedule()`` and ``update_from_output()`` is counted (the
    synthetic worker is not), as this thread's CPU time (``--wall`` for wall time), which
@@ -123,6 +125,9 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int,
         "control_ratio_total": round(sum(times["control"]) / sum(times["plain"]), 4),
         "gpu_to_host_chunks": snap.link("gpu", "host").blocks,
         "lookups": snap.lookups.lookups,
+        "reuse_profile_references": snap.reuse.references if snap.reuse is not None else 0,
+        "prefill_cost_source": rec.prefill_cost.source,
+        "prefill_steps_timed": rec.prefill_cost._prefill_steps,
         "errors": dict(snap.errors),
     }
 

@@ -136,15 +136,24 @@ def _touch_after(inst: BlockPoolInstrumentation, idle: list[Any], result: Any,
 
 def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Sequence[Any],
                        num_cached_blocks: int, num_full_blocks: int,
-                       *args: Any, **kwargs: Any) -> tuple[Any, int]:
-    window = blocks[num_cached_blocks:num_full_blocks]  # the blocks this call may hash
-    return window, _hashed(window)
+                       *args: Any, **kwargs: Any) -> int:
+    """Blocks of the window this call may hash that hold a hash already (indexed in
+    place: no slice, no tuple per call)."""
+    n = 0
+    for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
+        if blocks[i]._block_hash is not None:
+            n += 1
+    return n
 
 
-def _cache_full_after(inst: BlockPoolInstrumentation, state: tuple[Any, int], result: Any,
-                      *args: Any, **kwargs: Any) -> None:
-    window, before = state
-    inst.hashes_gained += _hashed(window) - before
+def _cache_full_after(inst: BlockPoolInstrumentation, before: int, result: Any,
+                      request: Any, blocks: Sequence[Any], num_cached_blocks: int,
+                      num_full_blocks: int, *args: Any, **kwargs: Any) -> None:
+    n = -before
+    for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
+        if blocks[i]._block_hash is not None:
+            n += 1
+    inst.hashes_gained += n
 
 
 def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,

@@ -61,14 +61,20 @@ class ConnectorInstrumentation(Instrumentation):
         self.external: ExternalHits | None = None
 
 
+_NOTHING: tuple[Completions, int, int] = ([], 0, 0)
+
+
 def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> tuple[
         Completions, int, int]:
     """Jobs this output completes, and the store / load bytes it reports."""
     meta: Any = getattr(connector_output, "kv_connector_worker_meta", None)
+    if meta is None:
+        return _NOTHING
     stats = getattr(meta, "transfer_stats", None)
+    nbytes = (_bytes(stats, "store"), _bytes(stats, "load")) if stats is not None else (0, 0)
     completed = getattr(meta, "completed_jobs", None)
     if not completed:
-        return [], _bytes(stats, "store"), _bytes(stats, "load")
+        return ([], *nbytes) if nbytes != (0, 0) else _NOTHING
     side = inst.target
     jobs, stale_below = side._jobs, side._stale_job_threshold
     done: Completions = []
@@ -78,7 +84,7 @@ def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> tuple[
         status = jobs.get(job_id)
         if status is not None and status.pending_count - count <= 0:
             done.append((bool(status.is_store), len(status.keys)))
-    return done, _bytes(stats, "store"), _bytes(stats, "load")
+    return (done, *nbytes)
 
 
 def _bytes(stats: Any, direction: str) -> int:
@@ -89,6 +95,8 @@ def _bytes(stats: Any, direction: str) -> int:
 def _landed(inst: ConnectorInstrumentation, state: tuple[Completions, int, int], result: None,
             connector_output: Any) -> None:
     done, store_bytes, load_bytes = state
+    if not done and not store_bytes and not load_bytes:
+        return
     inst.carried_store_bytes += store_bytes
     inst.carried_load_bytes += load_bytes
     stores = [chunks for is_store, chunks in done if is_store]
