@@ -13,12 +13,15 @@ Subcommands:
                   answering 5xx, stalling and black-holing, phases interleaved.
     soak          1e7 block events over 1e6 distinct keys through a recorder (host tier:
                   thrash tracker and residency): RSS growth, untracked count.
+    drain         what one collection costs after the engine ran flat out for a while:
+                  its buffered histogram samples are recorded into OpenTelemetry then.
 
 Usage:
     python benchmarks/reliability.py scrape-load --seconds 60
     python benchmarks/reliability.py engines
     python benchmarks/reliability.py sink-faults
     python benchmarks/reliability.py soak --events 10000000 --keys 1000000
+    python benchmarks/reliability.py drain
 """
 
 from __future__ import annotations
@@ -359,6 +362,49 @@ def soak(events: int, keys: int, batch: int = 16, report: Callable[[str], None] 
             if host.residency is not None else 0}
 
 
+def drain(seconds: float) -> dict[str, Any]:
+    """Collection time after ``seconds`` of the unpaced demo loop vs right after another."""
+    import torch
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from kvobs.pool import ServingLoop, TieredKVPool
+    from kvobs.pool.workload import ChatWorkload, WorkloadConfig
+    from kvobs.presets import preset_layout
+    from kvobs.recorder import Recorder
+    from kvobs.telemetry.otel import OtelBridge
+
+    torch.set_num_threads(1)
+    layout = preset_layout("qwen2.5-0.5b")
+    rec = Recorder(engine="drain", model=layout.name)
+    pool = TieredKVPool(layout, 512, 2048, rec)
+    loop = ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=20.0), seed=7))
+    loop.run(30.0, pace=False)
+    reader = InMemoryMetricReader()
+    bridge = OtelBridge(rec, [reader])
+    reader.get_metrics_data()
+    start, ticks = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        loop.step()
+        ticks += 1
+    elapsed = time.perf_counter() - start
+    samples = sum(len(link.durations) for link in rec.links) + sum(
+        len(tracker._residency) + len(tracker._gaps)
+        for tracker in (rec.tier(name).residency for name in rec.tier_names) if tracker)
+    begin = time.perf_counter()
+    reader.get_metrics_data()
+    full = time.perf_counter() - begin
+    begin = time.perf_counter()
+    reader.get_metrics_data()
+    empty = time.perf_counter() - begin
+    bridge.shutdown()
+    per_sample = (full - empty) / max(samples, 1)
+    return {"seconds": round(elapsed, 2), "ticks_per_s": round(ticks / elapsed, 1),
+            "samples": samples, "samples_per_s": round(samples / elapsed, 1),
+            "collect_after_ms": round(full * 1e3, 1), "collect_empty_ms": round(empty * 1e3, 1),
+            "us_per_sample": round(per_sample * 1e6, 1),
+            "engine_share": round(per_sample * samples / elapsed, 4)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -381,7 +427,12 @@ def main(argv: list[str] | None = None) -> int:
     long = sub.add_parser("soak")
     long.add_argument("--events", type=int, default=10_000_000)
     long.add_argument("--keys", type=int, default=1_000_000)
+    drained = sub.add_parser("drain")
+    drained.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
+    if args.command == "drain":
+        print(json.dumps(drain(args.seconds)))
+        return 0
     if args.command == "scrape-load":
         servers = ("plain", "coalesced") if args.server == "both" else (args.server,)
         for server in servers[:-1]:
