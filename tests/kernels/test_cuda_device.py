@@ -84,3 +84,25 @@ def test_copy_blocks_waits_for_a_gpu_transfer() -> None:
     gpu, host = pools(layers=1, blocks=16)
     copy_blocks(gpu, host, [(3, 5)])
     assert same_bytes(host[0][5], gpu[0][3].cpu())
+
+
+def test_gather_serves_layers_of_different_word_sizes() -> None:
+    layers = [((5,), torch.float16), ((2,), torch.float32), ((3, 4), torch.int8)]
+    gpu = [filled_pool(64, shape, dtype, i).cuda() for i, (shape, dtype) in enumerate(layers)]
+    host = [filled_pool(64, shape, dtype, 9 + i).pin_memory()
+            for i, (shape, dtype) in enumerate(layers)]
+    pairs = [(i * 3 % 64, i) for i in range(21)]
+    expected = reference_copy([t.cpu() for t in gpu], [t.clone() for t in host], pairs)
+    mover = StreamMover(gpu, host, strategy="gather", staging_blocks=5)
+    transfer = mover.submit(pairs)
+    mover.synchronize()
+    assert transfer.strategy == "gather"
+    assert all(same_bytes(d, e) for d, e in zip(host, expected, strict=True))
+
+
+def test_device_views_of_pinned_host_memory_alias_it() -> None:
+    gpu, host = pools(layers=2, blocks=8)
+    views = StreamMover(gpu, host)._views
+    assert views is not None
+    for (_, dst_view), layer in zip(views, host, strict=True):
+        assert dst_view.is_cuda and dst_view.data_ptr() == layer.data_ptr()
