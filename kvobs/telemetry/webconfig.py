@@ -21,6 +21,8 @@ What kvobs does, and how it differs from the Go server:
 - A missing or wrong password gets ``401`` with ``WWW-Authenticate: Basic``. A hash is
   checked with bcrypt once per distinct (user, password); successes are cached (bounded)
   so that scrapes do not pay bcrypt's ~100 ms each. Unknown users cost a bcrypt check too.
+  Checks run one at a time (bcrypt releases the GIL; a flood of wrong passwords then
+  takes at most one core from the engine's machine).
 - Each connection's TLS handshake runs in its own thread with a timeout, so a client
   that connects and never speaks holds no other scrape up.
 - ``RequestClientCert`` and ``RequireAnyClientCert`` (request a certificate without
@@ -198,7 +200,8 @@ class WebConfig:
         key = hashlib.sha256(b"\0".join((user.encode(), password.encode(), hashed))).digest()
         if self._cache.get(key):
             return known
-        ok = bool(bcrypt.checkpw(password.encode(), _normalise(hashed))) and known
+        with _BCRYPT_SLOTS:  # one check at a time: a flood of guesses takes one core, not all
+            ok = bool(bcrypt.checkpw(password.encode(), _normalise(hashed))) and known
         if ok:
             with self._cache_lock:
                 if len(self._cache) >= _AUTH_CACHE_LIMIT:
@@ -210,6 +213,9 @@ class WebConfig:
         """The TLS server context, or None when the config has no TLS."""
         return None if self.tls is None else self.tls.context(self.path)
 
+
+#: bcrypt releases the GIL, so checks run beside the engine; this bounds them to one.
+_BCRYPT_SLOTS = threading.BoundedSemaphore(1)
 
 _DUMMY_HASH = b"$2b$10$" + b"N9qo8uLOickgx2ZMRZoMye" + b"IjZAgcfl7p92ldGxad68LJZdL17lhWy"
 
