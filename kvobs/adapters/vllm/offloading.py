@@ -8,11 +8,13 @@ the vocabulary of :mod:`kvobs.events`:
   ``None`` (the tier is full of chunks being read or written) -> ``drop`` on the
   gpu->host link, each distinct chunk once however often vLLM re-offers it (a bounded
   set of refused keys; a key is forgotten once it is stored);
-* ``complete_store`` -> the written chunks leave "in use" (``free``) and land as cached
+* ``complete_store`` -> the written chunks (the drop of vLLM's own
+  ``_num_write_pending_chunks`` over the call) leave "in use" (``free``) and land as cached
   data (``store``, keyed): the offload landed, so host stores equal the gpu->host
   transfer chunks that :mod:`kvobs.adapters.vllm.connector` counts; a failed store only
   frees them and counts a ``fail`` on the link;
-* ``prepare_load`` -> ``reuse`` of the idle chunks (a host hit, cached -> in use; keyed:
+* ``prepare_load`` -> ``reuse`` of the idle chunks (the drop of vLLM's
+  ``_num_evictable_cache_chunks`` over the call: a host hit, cached -> in use; keyed:
   an onload for thrash) and the request's host hits for the lookup adapter;
   ``complete_load`` -> the last reader's ``free(cached=True)``;
 * ``reset_cache`` -> chunks in use freed, cached ones evicted (reason ``reset``).
@@ -104,49 +106,46 @@ def _store_prepared(inst: OffloadingInstrumentation, state: None, output: Any,
         inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.evicted_keys)
 
 
-def _writes_pending(inst: OffloadingInstrumentation, keys: Collection[Any],
-                    *args: Any, **kwargs: Any) -> list[Any]:
-    get = inst.target._policy.get
-    return [k for k in keys if (c := get(k)) is not None and not c.is_ready]
+def _writes_pending(inst: OffloadingInstrumentation, *args: Any, **kwargs: Any) -> int:
+    """Chunks being written, before the call (vLLM's own count: O(1) per call)."""
+    return int(inst.target._num_write_pending_chunks)
 
 
-def _store_completed(inst: OffloadingInstrumentation, pending: list[Any], result: None,
+def _store_completed(inst: OffloadingInstrumentation, pending: int, result: None,
                      keys: Collection[Any], req_context: Any, success: bool = True) -> None:
-    if not pending:
+    landed = pending - inst.target._num_write_pending_chunks  # written (or dropped) now
+    if landed <= 0:
         return
-    inst.tier.free(len(pending))  # the written chunks leave "in use"...
-    if success:
-        inst.tier.store(len(pending), keys=pending)  # ...and land as cached data
+    inst.tier.free(landed)  # the written chunks leave "in use"...
+    if success:  # ...and land as cached data; keyed when they are exactly the call's keys
+        inst.tier.store(landed, keys=keys if landed == len(keys) else None)
         refused = inst.refused
         if refused:
-            for key in pending:
+            for key in keys:
                 refused.pop(key, None)
     else:
-        inst.offload.fail(len(pending))
+        inst.offload.fail(landed)
 
 
-def _load_before(inst: OffloadingInstrumentation, keys: Collection[Any],
-                 req_context: Any) -> int:
-    get = inst.target._policy.get
-    return sum(1 for k in keys if (c := get(k)) is not None and c.ref_cnt == 0)
+def _evictable(inst: OffloadingInstrumentation, *args: Any, **kwargs: Any) -> int:
+    """Idle cached chunks before the call (vLLM's count moves once per chunk whose
+    reference count goes 0 -> 1 or 1 -> 0)."""
+    return int(inst.target._num_evictable_cache_chunks)
 
 
-def _load_prepared(inst: OffloadingInstrumentation, idle: int, result: Any,
+def _load_prepared(inst: OffloadingInstrumentation, evictable: int, result: Any,
                    keys: Collection[Any], req_context: Any) -> None:
+    idle = evictable - inst.target._num_evictable_cache_chunks  # taken out of the cache
     inst.tier.reuse(idle, keys=keys)  # a second reader of a chunk being read changes no state
     if inst.host_hits is not None:
         inst.host_hits.add(req_context.req_id, len(keys))
 
 
-def _last_readers(inst: OffloadingInstrumentation, keys: Collection[Any],
-                  req_context: Any) -> int:
-    get = inst.target._policy.get
-    return sum(1 for k in keys if (c := get(k)) is not None and c.ref_cnt == 1)
-
-
-def _load_completed(inst: OffloadingInstrumentation, last: int, result: None,
+def _load_completed(inst: OffloadingInstrumentation, evictable: int, result: None,
                     keys: Collection[Any], req_context: Any) -> None:
-    inst.tier.free(last, cached=True)  # the last reader finished: in use -> cached
+    last = inst.target._num_evictable_cache_chunks - evictable  # their last reader finished
+    if last:
+        inst.tier.free(last, cached=True)  # in use -> cached
 
 
 def _write_prepared(inst: OffloadingInstrumentation, state: None, output: Any,
@@ -161,16 +160,18 @@ def _write_prepared(inst: OffloadingInstrumentation, state: None, output: Any,
         inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.evicted_keys)
 
 
-def _write_completed(inst: OffloadingInstrumentation, pending: list[Any], result: None,
+def _write_completed(inst: OffloadingInstrumentation, pending: int, result: None,
                      keys: Collection[Any], req_context: Any, success: bool = True) -> None:
     """A promotion landed (in use -> cached) or failed (the chunks are emptied)."""
-    if pending:
-        inst.tier.free(len(pending), cached=bool(success))
+    landed = pending - inst.target._num_write_pending_chunks
+    if landed > 0:
+        inst.tier.free(landed, cached=bool(success))
 
 
-def _read_prepared(inst: OffloadingInstrumentation, idle: int, result: Any,
+def _read_prepared(inst: OffloadingInstrumentation, evictable: int, result: Any,
                    keys: Collection[Any], req_context: Any) -> None:
     """A cascade to a secondary tier pinning host chunks while it reads them."""
+    idle = evictable - inst.target._num_evictable_cache_chunks
     if idle:
         inst.tier.reuse(idle)  # unkeyed: a cascade read is not an onload
 
@@ -192,23 +193,23 @@ SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
          after=_store_prepared, reiterable=("keys",)),
     Hook("complete_store", ("keys", "req_context", "success"), "free, store, fail",
          before=_writes_pending, after=_store_completed, reiterable=("keys",)),
-    Hook("prepare_load", ("keys", "req_context"), "reuse", before=_load_before,
+    Hook("prepare_load", ("keys", "req_context"), "reuse", before=_evictable,
          after=_load_prepared, reiterable=("keys",)),
-    Hook("complete_load", ("keys", "req_context"), "free", before=_last_readers,
-         after=_load_completed, reiterable=("keys",)),
+    Hook("complete_load", ("keys", "req_context"), "free", before=_evictable,
+         after=_load_completed),
     Hook("reset_cache", (), "free, evict", before=_reset_before, after=_reset_after),
     # The tiering primary tier (``CPUPrimaryTierOffloadingManager``) binds these aliases
     # of the methods above in its ``__init__``: promotions and cascade reads call them.
     Hook("prepare_write", ("keys", "req_context"), "allocate, evict", after=_write_prepared,
          reiterable=("keys",), optional=True),
     Hook("complete_write", ("keys", "req_context", "success"), "free",
-         before=_writes_pending, after=_write_completed, reiterable=("keys",), optional=True),
-    Hook("prepare_read", ("keys", "req_context"), "reuse", before=_load_before,
-         after=_read_prepared, reiterable=("keys",), optional=True),
-    Hook("complete_read", ("keys", "req_context"), "free", before=_last_readers,
-         after=_load_completed, reiterable=("keys",), optional=True),
+         before=_writes_pending, after=_write_completed, optional=True),
+    Hook("prepare_read", ("keys", "req_context"), "reuse", before=_evictable,
+         after=_read_prepared, optional=True),
+    Hook("complete_read", ("keys", "req_context"), "free", before=_evictable,
+         after=_load_completed, optional=True),
 ), state=("_num_chunks", "_num_allocated_chunks", "_free_list", "_num_evictable_cache_chunks",
-          "_policy.get"))
+          "_num_write_pending_chunks", "_policy.get"))
 
 
 def instrument_offloading_manager(manager: Any, rec: Recorder, *, block_tokens: int,

