@@ -1,0 +1,106 @@
+"""CoalescingApp: scrapes share collections, at most one per interval, variants apart."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from kvobs.errors import ConfigError
+from kvobs.recorder import Recorder
+from kvobs.telemetry.otel import OtelBridge
+from kvobs.telemetry.webconfig import CoalescingApp, start_secure_metrics_server
+
+
+class SlowMetrics:
+    """A metrics app whose collection takes ``seconds`` and counts itself."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds, self.calls = seconds, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, environ, start_response):  # type: ignore[no-untyped-def]
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+        time.sleep(self.seconds)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [f"collections {n} {environ.get('HTTP_ACCEPT', '')}\n".encode()]
+
+
+def get(app, accept: str = "") -> bytes:  # type: ignore[no-untyped-def]
+    env = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "HTTP_ACCEPT": accept}
+    return b"".join(app(env, lambda status, headers: None))
+
+
+def test_at_most_one_collection_per_interval() -> None:
+    now = [100.0]
+    metrics = SlowMetrics()
+    app = CoalescingApp(metrics, min_interval_s=1.0, clock=lambda: now[0])
+    assert get(app) == get(app) == b"collections 1 \n"
+    now[0] += 0.99
+    assert get(app) == b"collections 1 \n"
+    now[0] += 0.02
+    assert get(app) == b"collections 2 \n"
+    openmetrics = "application/openmetrics-text"
+    assert get(app, openmetrics) == f"collections 3 {openmetrics}\n".encode()
+    assert metrics.calls == 3
+
+
+def test_concurrent_scrapes_share_one_collection_even_without_caching() -> None:
+    metrics = SlowMetrics(seconds=0.3)
+    app = CoalescingApp(metrics, min_interval_s=0)
+    bodies: list[bytes] = []
+    first = threading.Thread(target=lambda: bodies.append(get(app)))
+    first.start()
+    time.sleep(0.1)  # the first collection is running: these wait for it, or the next
+    others = [threading.Thread(target=lambda: bodies.append(get(app))) for _ in range(8)]
+    for thread in others:
+        thread.start()
+    for thread in (first, *others):
+        thread.join(timeout=10)
+    assert len(bodies) == 9
+    # Bound: 9 scrapes, at most 2 collections (the running one, then one for all waiters
+    # that arrived during it), whatever the scheduling on a loaded machine.
+    assert metrics.calls <= 2
+    assert get(app) != bodies[0]  # min_interval 0: a later scrape collects again
+
+
+def test_other_methods_pass_through() -> None:
+    metrics = SlowMetrics()
+    app = CoalescingApp(metrics, min_interval_s=60)
+    env = {"REQUEST_METHOD": "OPTIONS", "PATH_INFO": "/metrics"}
+    b"".join(app(env, lambda status, headers: None))
+    b"".join(app(env, lambda status, headers: None))
+    assert metrics.calls == 2
+
+
+def test_bad_interval_is_named() -> None:
+    with pytest.raises(ConfigError, match="scrape min interval must be >= 0"):
+        CoalescingApp(SlowMetrics(), min_interval_s=-1)
+    with pytest.raises(ConfigError, match="scrape min interval"):
+        start_secure_metrics_server("127.0.0.1:0", None, min_interval_s=float("nan"))
+
+
+def test_plain_server_without_web_config_serves_fresh_enough_metrics() -> None:
+    recorder = Recorder(engine="c", model="m")
+    gpu = recorder.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=64)
+    server = start_secure_metrics_server("127.0.0.1:0", None, min_interval_s=0.2)
+    bridge = OtelBridge(recorder, [server.reader])
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+        gpu.allocate(3)
+
+        def scrape() -> str:
+            with urllib.request.urlopen(server.url, timeout=10) as response:
+                return response.read().decode()
+
+        assert 'kvobs_block_allocations_total{engine="c",model="m",tier="gpu"} 3.0' in scrape()
+        gpu.allocate(2)
+        time.sleep(0.25)
+        assert 'kvobs_block_allocations_total{engine="c",model="m",tier="gpu"} 5.0' in scrape()
+    finally:
+        bridge.shutdown()
+        server.close()
