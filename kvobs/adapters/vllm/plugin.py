@@ -12,9 +12,13 @@ constructor-time hooks and, in each process where one fires, starts telemetry th
 * **Engine core** (``Scheduler.__init__``): the scheduler's ``KVCacheManager``,
   ``BlockPool`` and lookups (the ``gpu`` tier), the offloading connector's CPU manager
   (``host``) and, with ``spec_name: TieringOffloadingSpec``, its secondary tiers
-  (``disk`` / ``remote``, :mod:`kvobs.adapters.vllm.tiering`). Transfers are counted
-  here, from the worker metadata the scheduler receives. One ``kv_cache_capacity``
-  event lists every tier.
+  (``disk`` / ``remote``, :mod:`kvobs.adapters.vllm.tiering`; the host tier is then the
+  tiering manager's CPU primary tier). Transfers are counted here, from the worker
+  metadata the scheduler receives; host / disk hits are split as vLLM's
+  ``hits_by_source``; each lookup's block hashes feed the reuse-distance profile (and
+  ``KVOBS_TRACE_OUT``); each step's time and prefill / decode tokens give the measured
+  prefill cost (:mod:`kvobs.adapters.vllm.steps`). One ``kv_cache_capacity`` event lists
+  every tier.
 * **GPU worker** (``OffloadingConnectorWorker.register_kv_caches``, where the worker
   builds its ``OffloadingWorker``): per-transfer durations, timed by vLLM on the copy
   stream, as ``kvobs_transfer_duration_seconds`` on timing-only links
