@@ -147,25 +147,45 @@ class ReuseProfile:
                     self._sample(bits)
 
     def _sample(self, bits: int) -> None:
-        last, tree = self._last, self._tree
+        # The Fenwick operations are inlined: this runs once per sampled reference.
         if self._clock == self._slots:
             self._compact()
+        last, tree = self._last, self._tree.tree
+        size = len(tree)
         now = self._clock
-        self._clock += 1
+        self._clock = now + 1
         previous = last.get(bits)
+        distance: float | None = None
         if previous is None:
-            distance = None
             if len(last) >= self.max_keys:
-                _, oldest = last.popitem(last=False)
-                tree.add(oldest, -1)
+                _, i = last.popitem(last=False)
+                i += 1
+                while i < size:
+                    tree[i] -= 1
+                    i += i & -i
                 self.forgotten += 1
         else:
-            newer = len(last) - tree.prefix(previous + 1)  # distinct blocks since
-            distance = (newer + 1) * self._weight
-            tree.add(previous, -1)
+            # Sampled references since the previous one bound the distinct blocks since:
+            # a short gap lands in the first bucket without counting them.
+            gap = (now - previous) * self._weight
+            if gap <= self.bounds[0] and self.samples is None:
+                distance = gap
+            else:
+                i, older = previous + 1, 0
+                while i > 0:
+                    older += tree[i]
+                    i -= i & -i
+                distance = (len(last) - older + 1) * self._weight  # distinct since, + itself
+            i = previous + 1
+            while i < size:
+                tree[i] -= 1
+                i += i & -i
             last.move_to_end(bits)
         last[bits] = now
-        tree.add(now, 1)
+        i = now + 1
+        while i < size:
+            tree[i] += 1
+            i += i & -i
         self.sampled += 1
         if distance is None:
             self._counts[-1] += 1
@@ -175,12 +195,23 @@ class ReuseProfile:
             self.samples.append(float("inf") if distance is None else distance)
 
     def _compact(self) -> None:
-        """Renumber live slots 0..n-1 in recency order (the tree is full of dead slots)."""
-        self._tree = _Fenwick(self._slots)
+        """Renumber live slots 0..n-1 in recency order (the tree is full of dead slots);
+        the new tree is built in one linear pass."""
+        live = len(self._last)
         for slot, bits in enumerate(self._last):
             self._last[bits] = slot
-            self._tree.add(slot, 1)
-        self._clock = len(self._last)
+        tree = [0] * (self._slots + 1)
+        for i in range(1, live + 1):
+            tree[i] += 1
+            parent = i + (i & -i)
+            if parent <= self._slots:
+                tree[parent] += tree[i]
+        for i in range(live + 1, self._slots + 1):  # carry partial sums past the live slots
+            parent = i + (i & -i)
+            if parent <= self._slots:
+                tree[parent] += tree[i]
+        self._tree.tree = tree
+        self._clock = live
 
     @property
     def references(self) -> int:

@@ -74,3 +74,18 @@ def test_bad_settings_are_clear_errors():
         ReuseProfile(0)
     with pytest.raises(ConfigError, match=r"rate must be in \(0, 1\]"):
         ReuseProfile(10, rate=2.0)
+
+
+def test_exact_across_many_compactions_and_the_max_keys_bound():
+    # 60,000 references through a 64-key profile: its slot space (4 x 64) is compacted
+    # hundreds of times; every size up to max_keys stays exact.
+    references = zipf(60_000, 3000, 0.8, seed=9)
+    kept = profile_of(references, capacity=8, rate=1.0, max_keys=64, keep_samples=True)
+    bucketed = profile_of(references, capacity=8, rate=1.0, max_keys=64)
+    assert kept.sampled > 100 * 4 * 64
+    for size in (1, 7, 30, 64):
+        assert kept.hit_ratio(size) == pytest.approx(exact_lru_hit_ratio(references, size),
+                                                     abs=1e-12)
+    for size in (b for b in bucketed.bounds if b <= 64):
+        assert bucketed.hit_ratio(size) == pytest.approx(
+            exact_lru_hit_ratio(references, size), abs=1e-12)
