@@ -457,7 +457,7 @@ def test_step_times_give_the_measured_prefill_cost(tmp_path: Path) -> None:
     rec, inst, kit = instrumented(driver)
     assert inst.part("vllm.scheduler_steps") is not None
     rnd = np.random.default_rng(3)
-    for i in range(96):  # warm-up: prompts of many lengths, no reuse
+    for i in range(240):  # warm-up: prompts of many lengths, no reuse (one step in 4 timed)
         driver.add(f"warm{i}", [int(t) for t in rnd.integers(0, 1000, int(rnd.integers(20, 300)))],
                    max_tokens=int(rnd.integers(1, 4)))
         while len(driver.scheduler.waiting) + len(driver.scheduler.running) >= 2:
