@@ -11,8 +11,9 @@ The prefill cost per token comes from one of three sources, exported as
 
 * ``measured``: where the engine lets kvobs see its step times and the tokens each step
   scheduled, :meth:`PrefillCost.observe_step` fits ``step = a + b x prefill + c x
-  decode`` by recursive least squares with forgetting (old steps fade with a half-life
-  of about 700 steps); ``b`` is the cost, used once 32 steps with prefill were seen;
+  decode`` by least squares with forgetting (old steps fade with a half-life of about
+  700 steps; the normal equations are solved every 8th step); ``b`` is the cost, used
+  once 32 steps with prefill were seen;
 * ``modelled``: a simulation that knows its own cost (``kvobs demo``);
 * ``configured``: a figure the operator passes (``KVOBS_PREFILL_SECONDS_PER_TOKEN``).
 
@@ -40,6 +41,7 @@ from kvobs.errors import ConfigError
 SOURCES: tuple[str, ...] = ("none", "configured", "modelled", "measured")
 _FORGET = 0.999
 _MIN_STEPS = 32
+_SOLVE_EVERY = 8  # observations between two solves of the normal equations
 
 
 ENV_VAR = "KVOBS_PREFILL_SECONDS_PER_TOKEN"
@@ -68,6 +70,7 @@ class PrefillCost:
         self._xtx = [[0.0] * 3 for _ in range(3)]
         self._xty = [0.0] * 3
         self._prefill_steps = 0
+        self._steps = 0
 
     def set(self, seconds_per_token: float, source: str = "configured") -> None:
         """Use a known cost (``configured`` or ``modelled``); a measured one replaces it."""
@@ -89,9 +92,10 @@ class PrefillCost:
                 row = xtx[i]
                 for j in range(3):
                     row[j] = _FORGET * row[j] + x[i] * x[j]
+            self._steps += 1
             if prefill_tokens:
                 self._prefill_steps += 1
-            if self._prefill_steps >= _MIN_STEPS:
+            if self._prefill_steps >= _MIN_STEPS and self._steps % _SOLVE_EVERY == 0:
                 fit = _solve3(xtx, xty)
                 if fit is not None and fit[1] > 0:
                     self.seconds_per_token, self.source = fit[1], "measured"
