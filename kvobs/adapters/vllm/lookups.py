@@ -39,11 +39,17 @@ from kvobs.recorder import Recorder
 COMPONENT = "vllm.kv_cache_manager"
 
 
-class HostHits:
-    """Host-hit tokens per request, waiting for the request's lookup to be recorded.
+class TierHits:
+    """Tokens per request found in one slower tier (host chunks pinned for loading, disk
+    chunks promoted), waiting for the request's lookup record.
 
-    Bounded: a request that never reaches the stats call (aborted between steps) is
+    Bounded: a request that never reaches the lookup record (aborted between steps) is
     forgotten after ``max_requests`` newer ones.
+
+    Example:
+        >>> hits = TierHits(tokens_per_chunk=64)
+        >>> hits.add("req-1", chunks=2); hits.take("req-1"), hits.take("req-1")
+        (128, 0)
     """
 
     def __init__(self, tokens_per_chunk: int, max_requests: int = 4096) -> None:
@@ -53,16 +59,20 @@ class HostHits:
         self._lock = threading.Lock()
 
     def add(self, request_id: str, chunks: int) -> None:
-        """``chunks`` host chunks of ``request_id`` will be loaded to the GPU."""
+        """``chunks`` chunks of ``request_id`` are loaded from this tier."""
         with self._lock:
             self._pending[request_id] = self._pending.get(request_id, 0) + chunks
             while len(self._pending) > self.max_requests:
                 self._pending.popitem(last=False)
 
     def take(self, request_id: str) -> int:
-        """Host-hit tokens recorded for ``request_id`` (0 if none), forgetting them."""
+        """Tokens recorded for ``request_id`` (0 if none), forgetting them."""
         with self._lock:
             return self._pending.pop(request_id, 0) * self.tokens_per_chunk
+
+
+#: The host tier's pending hits (the name the offloading adapter and tests use).
+HostHits = TierHits
 
 
 class ExternalHits:
@@ -138,7 +148,7 @@ class LookupInstrumentation(Instrumentation):
     """
 
     host_hits: HostHits | None = None
-    disk_hits: Any = None  # kvobs.adapters.vllm.tiering.TierHits
+    disk_hits: TierHits | None = None  # left by the tiering adapter
     external: ExternalHits | None = None
     deferred: Any = None  # Scheduler.deferred_loads
     preempted_lookups: int = 0

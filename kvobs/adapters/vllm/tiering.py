@@ -59,14 +59,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument, warn_once
+from kvobs.adapters.vllm.lookups import TierHits
 from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
 from kvobs.tiers import DISK, HOST
 
@@ -74,37 +73,6 @@ TIERING_COMPONENT = "vllm.tiering_manager"
 SECONDARY_COMPONENT = "vllm.secondary_tier"
 REMOTE = "remote"
 HOST_SECONDARY = "host_secondary"
-
-
-class TierHits:
-    """Tokens per request found in one tier, waiting for the request's lookup record.
-
-    Bounded: a request that never reaches the lookup record (aborted between steps) is
-    forgotten after ``max_requests`` newer ones.
-
-    Example:
-        >>> hits = TierHits(tokens_per_chunk=64)
-        >>> hits.add("req-1", chunks=2); hits.take("req-1"), hits.take("req-1")
-        (128, 0)
-    """
-
-    def __init__(self, tokens_per_chunk: int, max_requests: int = 4096) -> None:
-        self.tokens_per_chunk = tokens_per_chunk
-        self.max_requests = max_requests
-        self._pending: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def add(self, request_id: str, chunks: int) -> None:
-        """``chunks`` chunks of ``request_id`` are loaded from this tier."""
-        with self._lock:
-            self._pending[request_id] = self._pending.get(request_id, 0) + chunks
-            while len(self._pending) > self.max_requests:
-                self._pending.popitem(last=False)
-
-    def take(self, request_id: str) -> int:
-        """Tokens recorded for ``request_id`` (0 if none), forgetting them."""
-        with self._lock:
-            return self._pending.pop(request_id, 0) * self.tokens_per_chunk
 
 
 def secondary_tier_name(tier: Any) -> str:
