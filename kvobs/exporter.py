@@ -24,6 +24,8 @@ from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.otlp import otlp_reader
 from kvobs.telemetry.prometheus import MetricsServer, start_metrics_server
 from kvobs.telemetry.summary import SummaryLogger
+from kvobs.telemetry.webconfig import ENV_VAR as WEB_CONFIG_ENV
+from kvobs.telemetry.webconfig import start_secure_metrics_server
 
 
 class Telemetry:
@@ -49,6 +51,7 @@ class Telemetry:
         extra_readers: tuple[MetricReader, ...] = (),
         port_attempts: int = 1,
         nvml: bool = True,
+        web_config_file: str | None = None,
     ) -> Telemetry:
         """Start the sinks.
 
@@ -66,12 +69,21 @@ class Telemetry:
                 can start from one base port. The port served is logged
                 (``metrics_serving``) and is :attr:`metrics_url`.
             nvml: read GPU memory and PCIe facts from NVML where available.
+            web_config_file: an exporter-toolkit web config file (TLS, client CA, basic
+                auth) for ``/metrics``; None falls back to ``KVOBS_WEB_CONFIG_FILE`` and,
+                if unset too, serves plain HTTP (:mod:`kvobs.telemetry.webconfig`).
         """
         readers: list[MetricReader] = list(extra_readers)
         endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
         if endpoint:
             readers.append(otlp_reader(endpoint, recorder, interval_s=otlp_interval_s))
-        server = start_metrics_server(metrics_addr, port_attempts) if metrics_addr else None
+        web_config = web_config_file or os.environ.get(WEB_CONFIG_ENV) or None
+        if metrics_addr and web_config:
+            server: MetricsServer | None = start_secure_metrics_server(
+                metrics_addr, web_config, port_attempts,
+                on_error=lambda exc: recorder.error("telemetry.webconfig", exc))
+        else:
+            server = start_metrics_server(metrics_addr, port_attempts) if metrics_addr else None
         if server is not None:
             readers.append(server.reader)
         source = nvml_source(logger) if nvml else None
