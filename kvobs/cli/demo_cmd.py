@@ -26,6 +26,7 @@ from kvobs.cli.options import (
     address,
     at_most,
     http_url,
+    input_file,
     non_negative_float,
     non_negative_int,
     output_file,
@@ -59,6 +60,15 @@ def register(subparsers: Any) -> None:
         type=address,
         default="127.0.0.1:9464",
         help="HOST:PORT serving /metrics (0.0.0.0:9464 inside a pod)",
+    )
+    add_option(
+        parser,
+        "--web-config-file",
+        type=input_file,
+        default=None,
+        help="exporter-toolkit web config file for /metrics: TLS cert and key, optional "
+        "client CA, basic auth with bcrypt hashes (the format of node_exporter's "
+        "--web.config.file)",
     )
     add_option(
         parser,
@@ -177,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo until ``--duration`` passes, SIGTERM or Ctrl-C."""
     layout = layout_from_args(args)  # every check before anything heavy happens
     demo_support.check_port_free(args.metrics_addr)
+    if args.web_config_file:  # a bad file is one line naming the field, before torch
+        from kvobs.telemetry.webconfig import load_web_config
+
+        load_web_config(args.web_config_file)
     torch = demo_support.import_torch()
     demo_support.check_memory(layout, args.gpu_blocks, args.host_blocks, torch.cuda.is_available())
     top = demo_support.want_top(args.view)
@@ -212,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_addr=args.metrics_addr,
         otlp_endpoint=args.otlp_endpoint,
         otlp_interval_s=args.otlp_interval,
+        web_config_file=args.web_config_file,
         summary_interval_s=args.summary_interval,
     )
     stop = threading.Event()
