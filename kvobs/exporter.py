@@ -18,7 +18,7 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
-from kvobs.nvml import nvml_source
+from kvobs.telemetry.nvml import nvml_source
 from kvobs.recorder import Recorder
 from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.otlp import otlp_reader

@@ -61,7 +61,7 @@ CORE_MODULES = [
     "kvobs.catalog",
     "kvobs.thrash",
     "kvobs.recorder",
-    "kvobs.nvml",
+    "kvobs.telemetry.nvml",
     "kvobs.pool.workload",
     "kvobs.events",
     "kvobs.testing",

@@ -6,7 +6,7 @@ from collections import namedtuple
 import structlog
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from kvobs.nvml import NvmlSource, nvml_source, pcie_peak_bytes_per_second
+from kvobs.telemetry.nvml import NvmlSource, nvml_source, pcie_peak_bytes_per_second
 from kvobs.recorder import Recorder
 from kvobs.telemetry.otel import OtelBridge
 
