@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
@@ -69,7 +69,9 @@ class OtelBridge:
                  aggregation=ExplicitBucketHistogramAggregation(list(buckets)))
             for name, buckets in _BUCKETS.items()
         ]
-        self.provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views)
+        # No exemplars: kvobs records no trace context, so they would only cost collection.
+        self.provider = MeterProvider(metric_readers=list(readers), resource=resource,
+                                      views=views, exemplar_filter=AlwaysOffExemplarFilter())
         meter = self.provider.get_meter("kvobs", __version__)
         self._histograms = {
             name: meter.create_histogram(spec.otel_name, unit=spec.unit, description=spec.help)
