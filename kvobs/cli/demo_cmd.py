@@ -33,6 +33,7 @@ from kvobs.cli.options import (
     positive_float,
     positive_int,
 )
+from kvobs.errors import ConfigError
 
 #: Most blocks per tier accepted on the command line (the memory check comes after).
 MAX_BLOCKS = 2**31
@@ -191,9 +192,14 @@ def run(args: argparse.Namespace) -> int:
         from kvobs.telemetry.webconfig import load_web_config
 
         load_web_config(args.web_config_file)
+    top = demo_support.want_top(args.view)
+    if top and args.web_config_file:
+        if args.view == "top":
+            raise ConfigError("--view top cannot read a /metrics behind --web-config-file "
+                              "(TLS or basic auth): use --view logs")
+        top = False  # the terminal view reads plain HTTP only: show the logs instead
     torch = demo_support.import_torch()
     demo_support.check_memory(layout, args.gpu_blocks, args.host_blocks, torch.cuda.is_available())
-    top = demo_support.want_top(args.view)
     log_stream = demo_support.open_log(args, top)
 
     # Imported here so that `kvobs --help` and other subcommands start without torch.

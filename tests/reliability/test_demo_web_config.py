@@ -119,3 +119,13 @@ def test_bad_web_config_is_one_line_before_torch(tmp_path: Path) -> None:
     missing_file = subprocess.run([*CLI, "demo", "--web-config-file", str(tmp_path / "no.yml")],
                                   capture_output=True, text=True, timeout=60)
     assert missing_file.returncode == 2 and "--web-config-file" in missing_file.stderr
+
+
+def test_the_terminal_view_is_refused_behind_a_web_config(tmp_path: Path, pki: Pki) -> None:
+    # kvobs top reads plain HTTP: asking for it behind TLS / basic auth is a clear error.
+    result = subprocess.run([*CLI, "demo", "--duration", "1", "--view", "top",
+                             "--web-config-file", str(web_config(tmp_path, pki)),
+                             "--metrics-addr", f"127.0.0.1:{free_port()}"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--view top cannot read a /metrics behind --web-config-file" in result.stderr
