@@ -103,12 +103,15 @@ def _bind(address: str, host: str, port: int, last: bool) -> MetricsServer | Non
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         reader.shutdown()
-        if exc.errno == errno.EADDRINUSE:
-            if not last:
-                return None
-            raise ConfigError(
-                f"--metrics-addr {address}: port {port} is already in use: pass a free "
-                "port (or 0 for any)"
-            ) from None
-        raise ConfigError(f"--metrics-addr {address} cannot be bound ({exc.strerror})") from None
+        if exc.errno == errno.EADDRINUSE and not last:
+            return None
+        raise bind_failure(address, port, exc) from None
     return MetricsServer(reader, registry, host, server.server_port, server, thread)
+
+
+def bind_failure(address: str, port: int, exc: OSError) -> ConfigError:
+    """The one-line error for a ``/metrics`` address that cannot be bound."""
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(f"--metrics-addr {address}: port {port} is already in use: pass a "
+                           "free port (or 0 for any)")
+    return ConfigError(f"--metrics-addr {address} cannot be bound ({exc.strerror or exc})")

@@ -67,7 +67,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 
 from kvobs.errors import ConfigError
-from kvobs.telemetry.prometheus import MetricsServer, parse_address
+from kvobs.telemetry.prometheus import MetricsServer, bind_failure, parse_address
 
 #: Environment twin of ``--web-config-file``.
 ENV_VAR = "KVOBS_WEB_CONFIG_FILE"
@@ -638,15 +638,9 @@ def _bind(address: str, host: str, port: int, config: WebConfig, contexts: _Cont
         httpd = make_server(bind_host, port, app, Server, handler_class=_SilentHandler)
     except OSError as exc:
         reader.shutdown()
-        if exc.errno == errno.EADDRINUSE:
-            if not last:
-                return None
-            raise ConfigError(
-                f"--metrics-addr {address}: port {port} is already in use: pass a free "
-                "port (or 0 for any)"
-            ) from None
-        raise ConfigError(
-            f"--metrics-addr {address} cannot be bound ({exc.strerror or exc})") from None
+        if exc.errno == errno.EADDRINUSE and not last:
+            return None
+        raise bind_failure(address, port, exc) from None
     thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="kvobs-metrics")
     thread.start()
     return SecureMetricsServer(reader, registry, host, httpd.server_port, httpd, thread, config)
