@@ -18,8 +18,8 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
-from kvobs.telemetry.nvml import nvml_source
 from kvobs.recorder import Recorder
+from kvobs.telemetry.nvml import nvml_source
 from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.otlp import otlp_reader
 from kvobs.telemetry.prometheus import MetricsServer, start_metrics_server

@@ -3,9 +3,9 @@
 import torch
 
 from kvobs.pool import ServingLoop, TieredKVPool
+from kvobs.pool.workload import ChatWorkload, WorkloadConfig
 from kvobs.presets import preset_layout
 from kvobs.recorder import Recorder
-from kvobs.pool.workload import ChatWorkload, WorkloadConfig
 
 LAYOUT = preset_layout("qwen2.5-0.5b")
 

@@ -6,8 +6,8 @@ from collections import namedtuple
 import structlog
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from kvobs.telemetry.nvml import NvmlSource, nvml_source, pcie_peak_bytes_per_second
 from kvobs.recorder import Recorder
+from kvobs.telemetry.nvml import NvmlSource, nvml_source, pcie_peak_bytes_per_second
 from kvobs.telemetry.otel import OtelBridge
 
 
