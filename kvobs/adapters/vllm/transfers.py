@@ -86,22 +86,20 @@ def _job_id(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return int(args[0] if args else kwargs["job_id"])
 
 
-def _stored(inst: TransferInstrumentation, state: None, accepted: bool, *args: Any,
-            **kwargs: Any) -> None:
-    dst = args[2] if len(args) > 2 else kwargs["dst_spec"]
-    if accepted:
-        inst.submitted(_job_id(args, kwargs), True, _chunks(dst))
-    elif inst.counts:
-        inst.link(True).fail(_chunks(dst))
+def _submitted(store: bool) -> Callable[..., None]:
+    """The reader of ``submit_store`` (``store``: chunks counted on the destination spec)
+    or ``submit_load`` (on the source spec): track the job, or count a refused submit."""
+    index, name = (2, "dst_spec") if store else (1, "src_spec")
 
+    def read(inst: TransferInstrumentation, state: None, accepted: bool, *args: Any,
+             **kwargs: Any) -> None:
+        spec = args[index] if len(args) > index else kwargs[name]
+        if accepted:
+            inst.submitted(_job_id(args, kwargs), store, _chunks(spec))
+        elif inst.counts:
+            inst.link(store).fail(_chunks(spec))
 
-def _loaded(inst: TransferInstrumentation, state: None, accepted: bool, *args: Any,
-            **kwargs: Any) -> None:
-    src = args[1] if len(args) > 1 else kwargs["src_spec"]
-    if accepted:
-        inst.submitted(_job_id(args, kwargs), False, _chunks(src))
-    elif inst.counts:
-        inst.link(False).fail(_chunks(src))
+    return read
 
 
 def _finished(inst: TransferInstrumentation, state: None, results: Any) -> None:
@@ -128,8 +126,8 @@ def _finished(inst: TransferInstrumentation, state: None, results: Any) -> None:
 
 
 SPEC = AdapterSpec(COMPONENT, ("OffloadingWorker",), (
-    Hook("submit_store", ("job_id", "src_spec", "dst_spec"), "track", after=_stored),
-    Hook("submit_load", ("job_id", "src_spec", "dst_spec"), "track", after=_loaded),
+    Hook("submit_store", ("job_id", "src_spec", "dst_spec"), "track", after=_submitted(True)),
+    Hook("submit_load", ("job_id", "src_spec", "dst_spec"), "track", after=_submitted(False)),
     Hook("get_finished", (), "transfer, fail", after=_finished),
 ))
 
