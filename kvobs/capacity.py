@@ -153,17 +153,17 @@ class CapacityPlan:
         """The fields of the ``kv_cache_capacity`` log event."""
         return {
             "model": self.model,
-            "bytes_per_token": self.bytes_per_token,
+            "bytes_per_token": self.bytes_per_token or None,
             "request_tokens": self.request_tokens,
             "max_concurrency": round(self.max_concurrency, 2),
-            "tiers": {
+            "tiers": {  # bytes None: the engine did not say (never a made-up 0)
                 t.tier: {
                     "blocks": t.blocks,
                     "block_tokens": t.block_tokens,
-                    "block_bytes": t.block_bytes,
+                    "block_bytes": t.block_bytes or None,
                     "tokens": t.tokens,
-                    "bytes": t.bytes,
-                    "gib": round(t.bytes / GIB, 2),
+                    "bytes": t.bytes if t.block_bytes else None,
+                    "gib": round(t.bytes / GIB, 2) if t.block_bytes else None,
                     "requests_held": round(self.requests_held(t.tier), 1),
                 }
                 for t in self.tiers

@@ -60,9 +60,20 @@ def configure_logging(fmt: str = "auto", level: str = "info", stream: TextIO | N
 
 
 def capacity_line(plan: CapacityPlan) -> str:
-    """The capacity of every tier and what it means, on one human-readable line."""
+    """The capacity of every tier and what it means, on one human-readable line.
+
+    Example:
+        >>> from kvobs.capacity import TierCapacity
+        >>> plan = CapacityPlan("tiny", (TierCapacity("gpu", 23, 32, 32768),
+        ...                              TierCapacity("host", 24, 32, 0)), 224, 1024)
+        >>> for part in capacity_line(plan).split("; ")[:2]:
+        ...     print(part)
+        KV cache capacity (tiny, 1,024 B/token): gpu 23 blocks = 736 tokens = 736.0 KiB
+        host 24 blocks = 768 tokens (bytes unknown)
+    """
     tiers = "; ".join(
-        f"{t.tier} {t.blocks:,} blocks = {t.tokens:,} tokens = {t.bytes / GIB:,.2f} GiB"
+        f"{t.tier} {t.blocks:,} blocks = {t.tokens:,} tokens = {_size(t.bytes)}"
+        if t.block_bytes else f"{t.tier} {t.blocks:,} blocks = {t.tokens:,} tokens (bytes unknown)"
         for t in plan.tiers
     )
     per_token = f", {plan.bytes_per_token:,} B/token" if plan.bytes_per_token else ""
@@ -78,6 +89,14 @@ def capacity_line(plan: CapacityPlan) -> str:
         if t.tier != GPU
     ]
     return "; ".join(parts)
+
+
+def _size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps the figure >= 1 (GiB at most)."""
+    for unit, scale in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}" if unit == "GiB" else f"{n / scale:,.1f} {unit}"
+    return f"{n} B"
 
 
 def log_capacity(plan: CapacityPlan, logger: Any) -> None:

@@ -38,10 +38,14 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
         tier = {"tier": t.tier}
         add("kvobs_tier_capacity_blocks", tier, t.capacity_blocks)
         add("kvobs_tier_capacity_tokens", tier, t.capacity_blocks * t.block_tokens)
-        add("kvobs_tier_capacity_bytes", tier, t.capacity_blocks * t.block_bytes)
+        known_bytes = t.block_bytes > 0  # unknown block size: no byte series, never a 0
+        if known_bytes:
+            add("kvobs_tier_capacity_bytes", tier, t.capacity_blocks * t.block_bytes)
         for state, blocks in zip(RESIDENT_STATES, (t.in_use_blocks, t.cached_blocks), strict=True):
             add("kvobs_tier_resident_blocks", {**tier, "state": state}, blocks)
-            add("kvobs_tier_resident_bytes", {**tier, "state": state}, blocks * t.block_bytes)
+            if known_bytes:
+                add("kvobs_tier_resident_bytes", {**tier, "state": state},
+                    blocks * t.block_bytes)
         add("kvobs_block_allocations_total", tier, t.allocations)
         add("kvobs_block_frees_total", tier, t.frees)
         add("kvobs_block_reuses_total", tier, t.reuses)

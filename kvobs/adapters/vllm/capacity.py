@@ -7,8 +7,11 @@
   reads it the same way): a hybrid model (full + sliding-window groups) lists one tensor
   per group with the same size, so summing them would double the bytes. Exact for MHA,
   GQA, MLA and hybrid groups sharing the pool.
-* Host: the CPU offloading manager's published config (chunks and tier bytes); a chunk
-  holds ``blocks_per_chunk`` GPU blocks.
+* Host: chunks from the CPU offloading manager; bytes per chunk from its published
+  config (``config_info()``, vLLM 0.33) or else from the offloading spec's
+  ``kv_bytes_per_chunk`` (vLLM 0.32, where the manager publishes none). A chunk holds
+  ``blocks_per_chunk`` GPU blocks. Unknown bytes are 0, and a tier with 0 bytes per
+  block exports no byte series: no figure rather than a wrong 0.
 
 Example:
     >>> gpu = gpu_tier_capacity(kv_cache_config)                # doctest: +SKIP
@@ -49,11 +52,12 @@ def readable_kv_cache_config(kv_cache_config: Any) -> bool:
 
 
 def host_tier_capacity(offloading_manager: Any, tokens_per_chunk: int,
-                       tier: str = HOST) -> TierCapacity:
+                       tier: str = HOST, spec: Any = None) -> TierCapacity:
     """The host tier of a vLLM ``CPUOffloadingManager``, from its ``config_info()``
-    (``cpu_num_chunks``, ``cpu_kv_cache_size_bytes``: what vLLM publishes as
-    ``vllm:kv_offload_config_info``); ``tokens_per_chunk`` = GPU block size x
-    ``blocks_per_chunk``.
+    (``cpu_num_chunks``, ``cpu_kv_cache_size_bytes``: what vLLM 0.33 publishes as
+    ``vllm:kv_offload_config_info``) or, without one, from its chunk count and ``spec``'s
+    ``kv_bytes_per_chunk`` (the ``OffloadingSpec`` that made the manager);
+    ``tokens_per_chunk`` = GPU block size x ``blocks_per_chunk``.
     """
     infos = offloading_manager.config_info() if hasattr(offloading_manager, "config_info") \
         else ()
@@ -64,6 +68,10 @@ def host_tier_capacity(offloading_manager: Any, tokens_per_chunk: int,
             f"offloading manager: cpu_num_chunks={chunks!r}: pass the CPUOffloadingManager "
             "of the offloading connector (cpu_bytes_to_use set)"
         )
-    size = info.get("cpu_kv_cache_size_bytes", 0)
-    chunk_bytes = int(size) // chunks if chunks and isinstance(size, int) else 0
+    size = info.get("cpu_kv_cache_size_bytes")
+    if chunks and isinstance(size, int):
+        chunk_bytes = size // chunks
+    else:
+        per_chunk = getattr(spec, "kv_bytes_per_chunk", 0)
+        chunk_bytes = per_chunk if isinstance(per_chunk, int) and per_chunk > 0 else 0
     return TierCapacity(tier, chunks, tokens_per_chunk, chunk_bytes)

@@ -100,8 +100,8 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
     return result
 
 
-def instrument_scheduler(scheduler: Any, rec: Recorder, *,
-                         steps: bool = True) -> VllmInstrumentation:
+def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
+                         offloading_spec: Any = None) -> VllmInstrumentation:
     """Instrument everything a vLLM v1 ``Scheduler`` holds that kvobs knows.
 
     Finds ``scheduler.kv_cache_manager`` and, when the KV connector is the offloading
@@ -111,7 +111,10 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *,
     ``CPUPrimaryTierOffloadingManager``); the secondary tiers are instrumented by
     :func:`~kvobs.adapters.vllm.tiering.instrument_tiering` (the plugin does both).
     With ``steps`` (the default) the scheduler's own steps are timed for the measured
-    prefill cost (:mod:`kvobs.adapters.vllm.steps`).
+    prefill cost (:mod:`kvobs.adapters.vllm.steps`). ``offloading_spec`` (the
+    connector's ``OffloadingSpec``, which the scheduler side does not keep) gives the host
+    tier's bytes per chunk where the manager does not publish them (vLLM 0.32); without
+    either, the host tier has no byte series.
 
     Example:
         >>> inst = instrument_scheduler(scheduler, Recorder(engine="vllm"))  # doctest: +SKIP
@@ -123,7 +126,7 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *,
     if side is not None and "CPUOffloadingManager" in class_names(host):
         offloading = host
         tokens = int(side.config.kv_group_configs[0].tokens_per_chunk)
-        chunk_bytes = host_tier_capacity(offloading, tokens).block_bytes
+        chunk_bytes = host_tier_capacity(offloading, tokens, spec=offloading_spec).block_bytes
     result = instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
                                          offloading_manager=offloading,
                                          host_block_tokens=tokens, host_block_bytes=chunk_bytes)

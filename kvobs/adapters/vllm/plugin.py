@@ -43,7 +43,9 @@ to one collector; sum the duration histogram ``without (tp_rank)`` for an engine
 Settings: ``KVOBS_METRICS_ADDR`` (base ``HOST:PORT``, default ``127.0.0.1:9464``; port 0
 = any free port; empty = no endpoint), ``KVOBS_OTLP_ENDPOINT`` (push as well; default
 ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``KVOBS_SUMMARY_INTERVAL_S`` (default 60; 0 = off),
-``KVOBS_MODEL`` (the ``model`` label; default: the served model), ``KVOBS_TRACE_OUT``
+``KVOBS_MODEL`` (the ``model`` label; default: the served model), ``KVOBS_LOG_FORMAT``
+(``json`` / ``console``: how kvobs's own structlog events are rendered; default: as
+structlog is configured in the process), ``KVOBS_TRACE_OUT``
 (trace the prefix lookups' block hashes for ``kvobs whatif``; ``KVOBS_TRACE_MAX_BYTES``
 bounds the file, default 256 MiB), ``KVOBS_PREFILL_SECONDS_PER_TOKEN`` (a configured
 prefill cost until kvobs measures one). Without
@@ -74,8 +76,10 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -92,6 +96,9 @@ _TRUE = {"1", "true", "yes", "on"}
 DEFAULT_ADDR = "127.0.0.1:9464"
 HOOK_FLAG = "_kvobs_scheduler_hook"
 WORKER_HOOK_FLAG = "_kvobs_worker_hook"
+SPEC_HOOK_FLAG = "_kvobs_spec_hook"
+#: Offloading specs kept for their scheduler (one per connector role and engine).
+MAX_SPECS = 8
 #: Worker endpoints start this many ports above the base port.
 WORKER_PORT_OFFSET = 100
 #: Ports tried, upwards from the preferred one, when it is taken.
@@ -111,6 +118,7 @@ class _Enabled:
         self.instrumentations: list[Part] = []
         self.schedulers = 0
         self.hooks: list[tuple[type, str, Any]] = []  # (class, method, original)
+        self.specs: deque[Any] = deque(maxlen=MAX_SPECS)  # offloading specs vLLM made
 
     @property
     def server(self) -> Any:
@@ -132,7 +140,7 @@ class _Enabled:
         with self.lock:
             rec = self._recorder(_model_name(getattr(scheduler, "vllm_config", None)),
                                  {"dp_rank": str(dp_rank)}, dp_rank)
-            inst = instrument_scheduler(scheduler, rec)
+            inst = instrument_scheduler(scheduler, rec, offloading_spec=self.spec_of(scheduler))
             self.instrumentations.append(inst)
             self.schedulers += 1
             tiering = _attach_tiering(scheduler, rec, inst)
@@ -141,6 +149,25 @@ class _Enabled:
         _log_capacity(scheduler, rec)
         return inst
 
+    def remember_spec(self, spec: Any) -> None:
+        """Keep an offloading spec vLLM created until its scheduler is instrumented: the
+        connector drops it after building its scheduler side, and it is where vLLM 0.32
+        holds the host tier's bytes per chunk (bounded: the last few specs only)."""
+        with self.lock:
+            self.specs.append(spec)
+
+    def spec_of(self, scheduler: Any) -> Any:
+        """The offloading spec whose manager ``scheduler``'s connector uses (then
+        forgotten), or None."""
+        side = getattr(getattr(scheduler, "connector", None), "connector_scheduler", None)
+        manager = getattr(side, "manager", None)
+        with self.lock:
+            for spec in self.specs:
+                if manager is not None and getattr(spec, "_manager", None) is manager:
+                    self.specs.remove(spec)
+                    return spec
+        return None
+
     def attach_worker(self, connector_worker: Any) -> TransferInstrumentation:
         """Time the transfers of a worker-side offloading connector's ``OffloadingWorker``."""
         config = getattr(connector_worker, "vllm_config", None)
@@ -148,11 +175,14 @@ class _Enabled:
         dp_rank, rank = _dp_rank(config), int(parallel.rank)
         same_process = getattr(getattr(config, "parallel_config", None),
                                "distributed_executor_backend", None) == "uni"
+        # In vLLM's single-process executor the worker shares the engine core's recorder,
+        # and its hook runs first: the labels must be the engine core's (no tp_rank).
+        labels = {"dp_rank": str(dp_rank)} if same_process else \
+            {"dp_rank": str(dp_rank), "tp_rank": str(rank)}
         offset = dp_rank if same_process else \
             WORKER_PORT_OFFSET + dp_rank * int(parallel.world_size) + rank
         with self.lock:
-            rec = self._recorder(_model_name(config),
-                                 {"dp_rank": str(dp_rank), "tp_rank": str(rank)}, offset)
+            rec = self._recorder(_model_name(config), labels, offset)
             inst = instrument_offloading_worker(connector_worker.worker, rec,
                                                 links=self._worker_links(rec))
             self.instrumentations.append(inst)
@@ -179,6 +209,11 @@ def _start_telemetry(rec: Recorder, port_offset: int) -> Any:
         if port:
             host = f"[{host}]" if ":" in host else host
             address = f"{host}:{min(port + port_offset, 65535)}"
+    log_format = os.environ.get("KVOBS_LOG_FORMAT", "").strip()
+    if log_format:  # kvobs's own events only: vLLM logs through the logging module
+        from kvobs.telemetry.logs import configure_logging
+
+        configure_logging(log_format)
     endpoint = os.environ.get("KVOBS_OTLP_ENDPOINT", "").strip() or None
     interval = float(os.environ.get("KVOBS_SUMMARY_INTERVAL_S", SUMMARY_INTERVAL_S) or 0)
     telemetry = Telemetry.start(rec, _log, metrics_addr=address, otlp_endpoint=endpoint,
@@ -260,11 +295,36 @@ def enable() -> _Enabled:
     )
     from vllm.v1.core.sched.scheduler import Scheduler  # vLLM is optional
 
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
     with _STATE.lock:
         _hook(Scheduler, "__init__", HOOK_FLAG, _STATE.attach)
         _hook(OffloadingConnectorWorker, "register_kv_caches", WORKER_HOOK_FLAG,
               _STATE.attach_worker)
+        _hook_factory(OffloadingSpecFactory, "create_spec", _STATE.remember_spec)
     return _STATE
+
+
+def _hook_factory(cls: type, name: str, then: Callable[[Any], Any]) -> None:
+    """Wrap the classmethod ``cls.name`` so that ``then(result)`` sees what it made."""
+    original = cls.__dict__[name]
+    if getattr(original.__func__, SPEC_HOOK_FLAG, False):
+        return
+    make = original.__func__
+
+    @functools.wraps(make)
+    def make_then_remember(klass: type, *args: Any, **kwargs: Any) -> Any:
+        result = make(klass, *args, **kwargs)
+        try:
+            then(result)
+        except Exception as exc:  # vLLM goes on; the host tier then has no byte figures
+            _log.warning("kvobs_instrument_failed", target=f"{cls.__name__}.{name}",
+                         error=repr(exc))
+        return result
+
+    setattr(make_then_remember, SPEC_HOOK_FLAG, True)
+    _STATE.hooks.append((cls, name, original))
+    setattr(cls, name, classmethod(make_then_remember))
 
 
 def disable() -> None:
@@ -302,12 +362,24 @@ def _model_name(vllm_config: Any) -> str:
 
 
 def _log_capacity(scheduler: Any, rec: Recorder) -> None:
-    """One ``kv_cache_capacity`` event: every tier (GPU, host, disk...), never added up."""
+    """One ``kv_cache_capacity`` event listing every tier (GPU, host, disk...), never added
+    up, and the same as one human line in vLLM's own log, after vLLM's "GPU KV cache
+    size" line (which counts the GPU tier alone, its null block included)."""
     from kvobs.capacity import CapacityPlan
+    from kvobs.telemetry.logs import capacity_line
 
     model_config = getattr(getattr(scheduler, "vllm_config", None), "model_config", None)
     request_tokens = int(getattr(model_config, "max_model_len", 0) or 8192)
-    event = CapacityPlan.from_recorder(rec, request_tokens=request_tokens).as_event()
-    _log.info("kv_cache_capacity", engine="vllm", **event, **rec.labels,
+    gpu = rec.tier("gpu") if "gpu" in rec.tier_names else None
+    per_token = gpu.block_bytes // gpu.block_tokens if gpu and gpu.block_tokens else 0
+    plan = CapacityPlan.from_recorder(rec, request_tokens=request_tokens,
+                                      bytes_per_token=per_token)
+    _log.info("kv_cache_capacity", engine="vllm", **plan.as_event(), **rec.labels,
               note="the GPU tier bounds running requests; the host and disk tiers keep "
                    "reusable prefixes that are onloaded before use")
+    _vllm_logger().info("%s", capacity_line(plan))
+
+
+def _vllm_logger() -> logging.Logger:
+    """A logger under vLLM's namespace: its lines share vLLM's format and destination."""
+    return logging.getLogger("vllm.kvobs")

@@ -1,0 +1,311 @@
+"""Run a real vLLM engine (the CPU build) with a host tier and kvobs, and write down
+every account of what happened: vLLM's own Prometheus registry, its KV cache events (from
+its ZMQ publisher, as an external consumer reads them), the tokens it generated, its log
+lines, and kvobs's ``/metrics`` as a scrape reads it. The tests compare these accounts;
+this script computes nothing of kvobs's.
+
+Run as a separate process per engine (``python engine_run.py OUT.json --mode single``):
+vLLM's metrics live in the process-wide Prometheus registry, and the plugin's state is
+process-wide too. ``--mode multi`` runs vLLM's default multi-process engine (an
+engine-core process and a worker process, kvobs enabled in each by vLLM's plugin loader);
+``single`` sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and, because the scheduler then runs in
+this process, also records kvobs against vLLM after every step.
+
+The workload is a multi-turn chat: ``CHATS`` chats, each with its own history, resent with
+new tokens every turn, two requests in flight. No two requests in flight share a block
+(every chat has its own prefix), and no request is preempted (two of the longest fit the
+GPU pool), so every GPU prefix hit reuses a cached block and vLLM's per-request token
+counts give the blocks each request held. A chat's earlier turns are pushed out of the
+GPU pool by the other chats before it returns, and come back from the host tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+BLOCK = 32               # CPU attention needs a multiple of 32
+GPU_BLOCKS = 24          # one of them is vLLM's null block
+MAX_MODEL_LEN = 224      # 7 blocks: two requests in flight always fit
+HOST_CHUNKS = 24
+CHATS, TURNS, IN_FLIGHT = 8, 3, 2
+MODEL = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+         "max_position_embeddings": 1024}
+DTYPE = "float32"
+
+
+def make_model(path: Path) -> Path:
+    """A tiny Llama with random weights (seeded), saved as a Hugging Face checkpoint."""
+    if (path / "config.json").exists():
+        return path
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**MODEL)).save_pretrained(path)
+    return path
+
+
+def free_port(span: int = 0) -> int:
+    """A port free on 127.0.0.1 together with ``port + span`` (kvobs's worker offset)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port + span > 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + span))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair")
+
+
+class EventLog:
+    """Subscribes to vLLM's KV event publisher and tallies blocks by (event, medium)."""
+
+    def __init__(self, endpoint: str) -> None:
+        import zmq
+
+        self.counts: dict[str, int] = {}
+        self.batches = 0
+        self._sock = zmq.Context.instance().socket(zmq.SUB)
+        self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self._sock.connect(endpoint)
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import msgspec
+        import zmq
+        from vllm.distributed.kv_events import KVEventBatch
+
+        decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(50):
+                continue
+            _topic, _seq, payload = self._sock.recv_multipart()
+            batch = decoder.decode(payload)
+            self.batches += 1
+            self._last = time.monotonic()
+            for event in batch.events:
+                kind = type(event).__name__
+                medium = getattr(event, "medium", None) or "GPU"
+                blocks = len(getattr(event, "block_hashes", ()) or ())
+                key = f"{kind}/{medium}"
+                self.counts[key] = self.counts.get(key, 0) + (blocks or 1)
+
+    def settle(self, quiet_s: float = 1.0, limit_s: float = 15.0) -> dict[str, int]:
+        """The tallies once no batch arrived for ``quiet_s`` seconds."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() - self._last < quiet_s and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return dict(self.counts)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._sock.close(linger=0)
+
+
+def vllm_registry() -> list[list[Any]]:
+    """Every sample of vLLM's metrics in this process's Prometheus registry (unrounded)."""
+    from prometheus_client import REGISTRY
+
+    return [[s.name, dict(s.labels), s.value]
+            for family in REGISTRY.collect() if family.name.startswith("vllm:")
+            for s in family.samples]
+
+
+def vllm_total(name: str) -> float:
+    """One of vLLM's counters in this process, summed over its labels."""
+    name = name.removesuffix("_total")
+    return sum(value for sample, _labels, value in vllm_registry()
+               if sample == f"{name}_total")
+
+
+def scrape(url: str) -> list[list[Any]]:
+    """kvobs's ``/metrics`` as a Prometheus scrape reads it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return [[s.name, dict(s.labels), s.value]
+            for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def chats(seed: int = 0) -> list[list[tuple[str, list[int], int]]]:
+    """Per turn, the requests ``(id, prompt, max_tokens)``; a turn's prompt is the chat's
+    history (earlier prompts and outputs are appended by the run as they come back)."""
+    rnd = random.Random(seed)
+    return [[(f"chat{c}-turn{t}", [rnd.randrange(2, 500) for _ in range(rnd.randrange(64, 100)
+                                                                         if t == 0 else
+                                                                         rnd.randrange(16, 30))],
+              rnd.randrange(3, 8)) for c in range(CHATS)] for t in range(TURNS)]
+
+
+def build(mode: str, model: Path, events: str, kvobs_port: int) -> Any:
+    from vllm import LLM
+    from vllm.config import KVEventsConfig, KVTransferConfig
+
+    os.environ["KVOBS_METRICS_ADDR"] = f"127.0.0.1:{kvobs_port}"
+    return LLM(
+        model=str(model), skip_tokenizer_init=True, enforce_eager=True, dtype=DTYPE,
+        block_size=BLOCK, enable_prefix_caching=True, num_gpu_blocks_override=GPU_BLOCKS,
+        kv_cache_memory_bytes=1 << 23, max_model_len=MAX_MODEL_LEN, max_num_seqs=IN_FLIGHT,
+        disable_log_stats=False, seed=0,
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+                                        endpoint=events, topic="kv"),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector", kv_role="kv_both",
+            kv_connector_extra_config={"cpu_bytes_to_use": HOST_CHUNKS * host_chunk_bytes(),
+                                       "spec_name": "HostCopyOffloadingSpec",
+                                       "spec_module_path": "cpu_offloading"}))
+
+
+def host_chunk_bytes() -> int:
+    """Bytes of one GPU block of the test model (= one host chunk), from its config:
+    K and V x layers x KV heads x head size x 4 bytes (float32) x tokens per block."""
+    head = MODEL["hidden_size"] // MODEL["num_attention_heads"]
+    return 2 * MODEL["num_hidden_layers"] * MODEL["num_key_value_heads"] * head * 4 * BLOCK
+
+
+def run(mode: str, out: Path, workdir: Path) -> None:
+    model = make_model(workdir / "model")
+    events_endpoint = f"ipc://{workdir}/kv-events"
+    event_log = EventLog(events_endpoint)
+    kvobs_port = free_port(span=100)
+    started = time.monotonic()
+    llm = build(mode, model, events_endpoint, kvobs_port)
+    built_s = time.monotonic() - started
+    engine = llm.llm_engine
+    account: dict[str, Any] = {"mode": mode, "built_s": built_s, "kvobs_port": kvobs_port,
+                               "requests": [], "steps": []}
+    metrics_url = f"http://127.0.0.1:{kvobs_port}/metrics"
+    from vllm import SamplingParams
+
+    step_checks = mode == "single"
+    histories: dict[int, list[int]] = {}
+    outputs: dict[str, list[int]] = {}
+
+    def drain(limit: int) -> None:
+        while engine.has_unfinished_requests() and in_flight() >= limit:
+            for output in engine.step():
+                if output.finished:
+                    finish(output)
+            if step_checks:
+                account["steps"].append({"vllm": vllm_registry(), "kvobs": scrape(metrics_url)})
+
+    pending: set[str] = set()
+
+    def in_flight() -> int:
+        return len(pending)
+
+    def finish(output: Any) -> None:
+        pending.discard(output.request_id)
+        tokens = list(output.outputs[0].token_ids)
+        outputs[output.request_id] = tokens
+        account["requests"].append({
+            "id": output.request_id, "prompt": len(output.prompt_token_ids),
+            "output": len(tokens), "cached": output.num_cached_tokens,
+            "tokens": tokens,
+            "logprobs": [next(iter(step.values())).logprob
+                         for step in output.outputs[0].logprobs or ()]})
+
+    def submit(request_id: str, prompt: list[int], max_tokens: int) -> None:
+        drain(IN_FLIGHT)
+        engine.add_request(request_id, {"prompt_token_ids": prompt},
+                           SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=0,
+                                          ignore_eos=True))
+        pending.add(request_id)
+
+    for turn, requests in enumerate(chats()):
+        for chat, (request_id, new_tokens, max_tokens) in enumerate(requests):
+            if turn:
+                prev = f"chat{chat}-turn{turn - 1}"
+                while prev not in outputs:
+                    drain(1)
+                histories[chat] += outputs[prev]
+            histories[chat] = histories.get(chat, []) + new_tokens
+            submit(request_id, list(histories[chat]), max_tokens)
+    drain(1)
+    # The data itself: chat 0's first prompt again, long evicted from the GPU pool.
+    first = chats()[0][0]
+    account["repeat_of"] = first[0]
+    before = vllm_total("vllm:external_prefix_cache_hits_total") if step_checks else None
+    submit("repeat", first[1], first[2])
+    drain(1)
+    if before is not None:
+        account["repeat_external_hits"] = vllm_total("vllm:external_prefix_cache_hits") - before
+    # A short last request (no full block: nothing to store) steps the scheduler until
+    # the worker has reported every store job back; an idle engine takes no steps.
+    submit("tail", [1, 2, 3], 4)
+    drain(1)
+    time.sleep(0.5)
+    account["events"] = event_log.settle()
+    account["vllm"] = vllm_registry()
+    account["kvobs"] = scrape(metrics_url)
+    if mode == "multi":
+        account["kvobs_worker"] = scrape(f"http://127.0.0.1:{kvobs_port + 100}/metrics")
+    else:
+        from vllm.v1.engine.core_client import InprocClient
+
+        assert isinstance(engine.engine_core, InprocClient)
+        core = engine.engine_core.engine_core
+        worker = core.model_executor.driver_worker.worker.model_runner
+        account["host_buffer_bytes"] = host_buffer_bytes(worker)
+    account["outputs"] = outputs
+    shutdown(llm)
+    event_log.close()
+    out.write_text(json.dumps(account))
+
+
+def host_buffer_bytes(model_runner: Any) -> int:
+    """Bytes of the host buffers the test worker allocated (the host tier's real size)."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+    worker = get_kv_transfer_group().connector_worker.worker
+    return sum(t.numel() * t.element_size() for t in worker.host)
+
+
+def shutdown(llm: Any) -> None:
+    """Stop the engine core (multi-process: its process and the worker's)."""
+    core = llm.llm_engine.engine_core
+    core.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--mode", choices=("single", "multi"), required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+    sys.path.insert(0, str(HERE))
+    if args.mode == "single":
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    run(args.mode, args.out, args.workdir)
+
+
+if __name__ == "__main__":
+    main()
