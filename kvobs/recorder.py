@@ -253,10 +253,20 @@ class LinkRecorder:
     def timed(self, seconds: float) -> None:
         """One transfer took ``seconds`` (device time where there is a device)."""
         self.seconds += seconds
+        self.sample(seconds)
+
+    def sample(self, seconds: float) -> None:
+        """A duration sample alone, for an engine that reports its transfers' seconds
+        summed elsewhere (:meth:`add_seconds`) and each transfer's time here."""
         if len(self.durations) < self.buffer_limit:
             self.durations.append(seconds)
         else:
             self.dropped_samples += 1
+
+    def add_seconds(self, seconds: float) -> None:
+        """Seconds spent moving, as an engine reports them summed over its transfers
+        (no duration sample: the per-transfer times come through :meth:`sample`)."""
+        self.seconds += seconds
 
     def fail(self, blocks: int, nbytes: int = 0) -> None:
         """A batch of ``blocks`` blocks failed to move."""

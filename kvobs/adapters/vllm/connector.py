@@ -19,9 +19,11 @@ the lookup adapter (:class:`~kvobs.adapters.vllm.lookups.ExternalHits`).
 Bytes are exactly vLLM's ``OffloadingConnectorStats`` ``store_bytes`` / ``load_bytes``:
 a step's reported bytes go to the jobs completing in it (split by chunks, the remainder
 to the last job); bytes reported in a step where no job of that direction completes
-(a TP worker reporting before the others) wait for the next completion. No duration is
-fed here (``seconds=None``): the per-transfer device durations come from the worker
-process (:mod:`kvobs.adapters.vllm.transfers`), not from these summed times.
+(a TP worker reporting before the others) wait for the next completion. Seconds are
+vLLM's ``store_time`` / ``load_time`` as reported (summed across TP workers, what
+``vllm:kv_offload_*_time`` counts), added to the link's seconds in whichever process the
+workers run; no duration sample is taken here: the per-transfer device durations come
+from the worker (:mod:`kvobs.adapters.vllm.transfers`, which then only samples them).
 
 Example:
     >>> side = scheduler.connector.connector_scheduler                 # doctest: +SKIP
@@ -35,14 +37,16 @@ from typing import Any
 
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.adapters.vllm.lookups import ExternalHits
-from kvobs.events import NULL_LINK, LinkEvents
-from kvobs.recorder import Recorder
+from kvobs.events import LinkEvents
+from kvobs.recorder import LinkRecorder, Recorder
 from kvobs.tiers import DISK, GPU, HOST
 
 COMPONENT = "vllm.offloading_connector"
 
 #: ``(is_store, chunks)`` of each job a worker output completes.
 Completions = list[tuple[bool, int]]
+#: What one worker output reports: its completions, store / load bytes and seconds.
+Report = tuple[Completions, int, int, float, float]
 
 
 class ConnectorInstrumentation(Instrumentation):
@@ -54,27 +58,28 @@ class ConnectorInstrumentation(Instrumentation):
 
     def __init__(self, side: Any, rec: Recorder, active: bool) -> None:
         super().__init__(side, COMPONENT, active, rec)
-        self.offload: LinkEvents = NULL_LINK
-        self.onload: LinkEvents = NULL_LINK
+        # unregistered links until active (an unknown connector exports nothing)
+        self.offload = LinkRecorder(GPU, HOST)
+        self.onload = LinkRecorder(HOST, GPU)
         self.carried_store_bytes = 0
         self.carried_load_bytes = 0
         self.external: ExternalHits | None = None
 
 
-_NOTHING: tuple[Completions, int, int] = ([], 0, 0)
+_NOTHING: Report = ([], 0, 0, 0.0, 0.0)
 
 
-def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> tuple[
-        Completions, int, int]:
-    """Jobs this output completes, and the store / load bytes it reports."""
+def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> Report:
+    """Jobs this output completes, and the store / load bytes and seconds it reports."""
     meta: Any = getattr(connector_output, "kv_connector_worker_meta", None)
     if meta is None:
         return _NOTHING
     stats = getattr(meta, "transfer_stats", None)
-    nbytes = (_bytes(stats, "store"), _bytes(stats, "load")) if stats is not None else (0, 0)
+    reported = (_reported(stats, "store", "bytes"), _reported(stats, "load", "bytes"),
+                _reported(stats, "store", "time"), _reported(stats, "load", "time"))
     completed = getattr(meta, "completed_jobs", None)
     if not completed:
-        return ([], *nbytes) if nbytes != (0, 0) else _NOTHING
+        return ([], *reported) if any(reported) else _NOTHING
     side = inst.target
     jobs, stale_below = side._jobs, side._stale_job_threshold
     done: Completions = []
@@ -84,17 +89,21 @@ def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> tuple[
         status = jobs.get(job_id)
         if status is not None and status.pending_count - count <= 0:
             done.append((bool(status.is_store), len(status.keys)))
-    return (done, *nbytes)
+    return (done, *reported)
 
 
-def _bytes(stats: Any, direction: str) -> int:
-    side = getattr(stats, direction, None)
-    return int(getattr(side, "bytes", 0) or 0)
+def _reported(stats: Any, direction: str, field: str) -> Any:
+    """``stats.<direction>.<field>`` (bytes or time) of vLLM's ``TransferStats``, or 0."""
+    return getattr(getattr(stats, direction, None), field, 0) or 0
 
 
-def _landed(inst: ConnectorInstrumentation, state: tuple[Completions, int, int], result: None,
+def _landed(inst: ConnectorInstrumentation, state: Report, result: None,
             connector_output: Any) -> None:
-    done, store_bytes, load_bytes = state
+    done, store_bytes, load_bytes, store_s, load_s = state
+    if store_s:
+        inst.offload.add_seconds(store_s)
+    if load_s:
+        inst.onload.add_seconds(load_s)
     if not done and not store_bytes and not load_bytes:
         return
     inst.carried_store_bytes += store_bytes

@@ -294,7 +294,6 @@ def enable() -> _Enabled:
         OffloadingConnectorWorker,
     )
     from vllm.v1.core.sched.scheduler import Scheduler  # vLLM is optional
-
     from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
     with _STATE.lock:

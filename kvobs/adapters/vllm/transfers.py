@@ -18,7 +18,9 @@ instrumented.
 
 Links are resolved at the first finished job, not at wrapping time, through ``links``
 (default ``rec.link(src, dst, counts=counts)``): a process that also holds the
-scheduler (vLLM's single-process executor) then shares the scheduler's counting link.
+scheduler (vLLM's single-process executor) then shares the scheduler's counting link,
+whose seconds the scheduler adds from vLLM's reported times; the worker then only adds
+the duration samples (``LinkRecorder.sample``).
 
 Example:
     >>> inst = instrument_offloading_worker(connector_worker.worker, rec)  # doctest: +SKIP
@@ -121,6 +123,8 @@ def _finished(inst: TransferInstrumentation, state: None, results: Any) -> None:
             seconds = now - submitted_at
         if inst.counts:
             link.transfer(chunks, size, seconds)
+        elif link.counts:  # the scheduler in this process counts it, seconds included
+            link.sample(seconds)
         else:
             link.timed(seconds)
 

@@ -39,6 +39,7 @@ GPU_BLOCKS = 24          # one of them is vLLM's null block
 MAX_MODEL_LEN = 224      # 7 blocks: two requests in flight always fit
 HOST_CHUNKS = 24
 CHATS, TURNS, IN_FLIGHT = 8, 3, 2
+FLUSHES = 4              # x 7 decode blocks > the GPU pool
 MODEL = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
          "max_position_embeddings": 1024}
@@ -187,7 +188,39 @@ def host_chunk_bytes() -> int:
     return 2 * MODEL["num_hidden_layers"] * MODEL["num_key_value_heads"] * head * 4 * BLOCK
 
 
+def break_every_reader() -> None:
+    """``KVOBS_TEST_BROKEN=1``: every hook kvobs installs gets readers that raise (the
+    counting fast path included), so every wrapped vLLM call runs a failing reader
+    (single-process engine: the adapters are installed in this process)."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import kvobs.adapters.vllm as package
+    from kvobs.adapters import _hooks
+
+    def broken(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("kvobs reader broken on purpose")
+
+    def break_hook(hook: Any) -> Any:
+        return dataclasses.replace(hook, means="track", count=None, before=broken,
+                                   after=broken)
+
+    original = _hooks.instrument
+
+    def instrument(target: Any, spec: Any, make: Any) -> Any:
+        spec = dataclasses.replace(spec, hooks=tuple(map(break_hook, spec.hooks)))
+        return original(target, spec, make)
+
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if getattr(module, "instrument", None) is original:
+            module.instrument = instrument  # type: ignore[attr-defined]
+
+
 def run(mode: str, out: Path, workdir: Path) -> None:
+    if os.environ.get("KVOBS_TEST_BROKEN") == "1":
+        break_every_reader()
     model = make_model(workdir / "model")
     events_endpoint = f"ipc://{workdir}/kv-events"
     event_log = EventLog(events_endpoint)
@@ -202,6 +235,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     from vllm import SamplingParams
 
     step_checks = mode == "single"
+    enabled = os.environ.get("KVOBS_ENABLE") == "1"
     histories: dict[int, list[int]] = {}
     outputs: dict[str, list[int]] = {}
 
@@ -211,7 +245,8 @@ def run(mode: str, out: Path, workdir: Path) -> None:
                 if output.finished:
                     finish(output)
             if step_checks:
-                account["steps"].append({"vllm": vllm_registry(), "kvobs": scrape(metrics_url)})
+                account["steps"].append({"vllm": vllm_registry(),
+                                         "kvobs": scrape(metrics_url) if enabled else []})
 
     pending: set[str] = set()
 
@@ -246,14 +281,20 @@ def run(mode: str, out: Path, workdir: Path) -> None:
             histories[chat] = histories.get(chat, []) + new_tokens
             submit(request_id, list(histories[chat]), max_tokens)
     drain(1)
-    # The data itself: chat 0's first prompt again, long evicted from the GPU pool.
-    first = chats()[0][0]
-    account["repeat_of"] = first[0]
-    before = vllm_total("vllm:external_prefix_cache_hits_total") if step_checks else None
-    submit("repeat", first[1], first[2])
+    # The data itself: a fresh prompt (nothing cached), stored to the host tier; then
+    # requests that fill the GPU pool with decode blocks alone (vLLM offloads prompts
+    # only, so the host tier keeps the probe); then the probe again, from the host.
+    probe = [random.Random(7).randrange(2, 500) for _ in range(4 * BLOCK + 5)]
+    submit("probe", probe, 6)
     drain(1)
-    if before is not None:
-        account["repeat_external_hits"] = vllm_total("vllm:external_prefix_cache_hits") - before
+    for n in range(FLUSHES):
+        submit(f"flush{n}", [3 + n], MAX_MODEL_LEN - 8)
+    drain(1)
+    account["repeat_of"] = "probe"
+    before = vllm_total("vllm:external_prefix_cache_hits")
+    submit("repeat", probe, 6)
+    drain(1)
+    account["repeat_external_hits"] = vllm_total("vllm:external_prefix_cache_hits") - before
     # A short last request (no full block: nothing to store) steps the scheduler until
     # the worker has reported every store job back; an idle engine takes no steps.
     submit("tail", [1, 2, 3], 4)
@@ -261,8 +302,9 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     time.sleep(0.5)
     account["events"] = event_log.settle()
     account["vllm"] = vllm_registry()
-    account["kvobs"] = scrape(metrics_url)
-    if mode == "multi":
+    enabled = os.environ.get("KVOBS_ENABLE") == "1"
+    account["kvobs"] = scrape(metrics_url) if enabled else []
+    if mode == "multi" and enabled:
         account["kvobs_worker"] = scrape(f"http://127.0.0.1:{kvobs_port + 100}/metrics")
     else:
         from vllm.v1.engine.core_client import InprocClient
