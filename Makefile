@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test setup deps lint bench
+.PHONY: demo test setup deps lint bench mutants
 
 $(BIN)/kvobs: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,8 @@ bench: deps
 	$(BIN)/python benchmarks/recorder_overhead.py
 	$(BIN)/python benchmarks/swap_bandwidth.py
 	.venv-vllm/bin/python benchmarks/vllm_overhead.py
+
+# Each event the vLLM adapters record, doubled and dropped, must fail an engine test
+# (about 25 min; run before a submission that touches kvobs/adapters/vllm).
+mutants: deps
+	$(BIN)/python scripts/mutation_check.py

@@ -13,7 +13,10 @@ The prefill cost per token comes from one of three sources, exported as
   scheduled, :meth:`PrefillCost.observe_step` fits ``step = a + b x prefill + c x
   decode`` by least squares with forgetting (old steps fade with a half-life of about
   700 steps; the normal equations are solved every 8th step); ``b`` is the cost, used
-  once 32 steps with prefill were seen;
+  once 32 steps with prefill were seen *and* its relative standard error (exported as
+  ``kvobs_prefill_cost_relative_error``) is at most 10%, i.e. the 95% interval is within
+  about +-20%. A poorer fit (a loaded machine, steps too alike to tell prefill from the
+  rest) falls back to the configured cost, or to none: never a silently wild figure;
 * ``modelled``: a simulation that knows its own cost (``kvobs demo``);
 * ``configured``: a figure the operator passes (``KVOBS_PREFILL_SECONDS_PER_TOKEN``).
 
@@ -41,6 +44,8 @@ from kvobs.errors import ConfigError
 SOURCES: tuple[str, ...] = ("none", "configured", "modelled", "measured")
 _FORGET = 0.999
 _MIN_STEPS = 32
+#: The largest relative standard error of the fitted cost that is used (+-20% at 95%).
+MAX_RELATIVE_ERROR = 0.10
 _SOLVE_EVERY = 8  # observations between two solves of the normal equations
 
 
@@ -58,6 +63,9 @@ class PrefillCost:
     def __init__(self) -> None:
         self.seconds_per_token = 0.0
         self.source = "none"
+        #: Relative standard error of the last fit (inf until a fit was made).
+        self.relative_error = float("inf")
+        self._fallback = (0.0, "none")  # what a poor fit falls back to
         raw = os.environ.get(ENV_VAR, "").strip()
         if raw:
             try:
@@ -69,6 +77,7 @@ class PrefillCost:
         # Normal equations of the fit over x = (1, prefill, decode), with forgetting.
         self._xtx = [[0.0] * 3 for _ in range(3)]
         self._xty = [0.0] * 3
+        self._yty = 0.0
         self._prefill_steps = 0
         self._steps = 0
 
@@ -81,6 +90,7 @@ class PrefillCost:
             raise ConfigError(f"prefill seconds per token must be a finite number >= 0, got "
                               f"{seconds_per_token!r}: pass e.g. 2.5e-5")
         self.seconds_per_token, self.source = float(seconds_per_token), source
+        self._fallback = (self.seconds_per_token, source)
 
     def observe_step(self, seconds: float, prefill_tokens: int, decode_tokens: int) -> None:
         """One engine step took ``seconds`` for ``prefill_tokens`` + ``decode_tokens``."""
@@ -92,13 +102,37 @@ class PrefillCost:
                 row = xtx[i]
                 for j in range(3):
                     row[j] = _FORGET * row[j] + x[i] * x[j]
+            self._yty = _FORGET * self._yty + seconds * seconds
             self._steps += 1
             if prefill_tokens:
                 self._prefill_steps += 1
             if self._prefill_steps >= _MIN_STEPS and self._steps % _SOLVE_EVERY == 0:
-                fit = _solve3(xtx, xty)
-                if fit is not None and fit[1] > 0:
-                    self.seconds_per_token, self.source = fit[1], "measured"
+                self._refit()
+
+    def _refit(self) -> None:
+        """Solve the fit; use its cost while its relative standard error is small."""
+        fit = _solve3(self._xtx, self._xty)
+        error = _relative_error(self._xtx, self._xty, self._yty, fit)
+        self.relative_error = error
+        if fit is not None and error <= MAX_RELATIVE_ERROR:
+            self.seconds_per_token, self.source = fit[1], "measured"
+        elif self.source == "measured":
+            self.seconds_per_token, self.source = self._fallback
+
+
+def _relative_error(xtx: list[list[float]], xty: list[float], yty: float,
+                    fit: list[float] | None) -> float:
+    """Standard error of the prefill coefficient over its value (inf: no usable fit):
+    residual variance ``(y'y - b'X'y) / (n - 3)`` times ``(X'X)^-1`` at the prefill term,
+    ``n`` the (forgetting-weighted) number of steps."""
+    if fit is None or fit[1] <= 0:
+        return float("inf")
+    n = xtx[0][0]
+    column = _solve3(xtx, [0.0, 1.0, 0.0])
+    if n <= 3 or column is None or column[1] <= 0:
+        return float("inf")
+    residual = max(yty - sum(b * v for b, v in zip(fit, xty, strict=True)), 0.0) / (n - 3)
+    return float((residual * column[1]) ** 0.5 / fit[1])
 
 
 def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:

@@ -242,6 +242,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Where the prefill cost per token comes from (value 1): measured (fit of engine "
         "step times), modelled (a simulation), configured, or none (nothing is counted).",
     ),
+    _g(
+        "kvobs_prefill_cost_relative_error",
+        "1",
+        (),
+        "Relative standard error of the measured prefill cost fit (present once a fit "
+        "was made). Above 0.1 the fit is not used: the cost falls back to configured or "
+        "none.",
+    ),
     _c(
         "kvobs_reuse_references_total",
         "{reference}",

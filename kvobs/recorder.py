@@ -525,7 +525,7 @@ class Recorder:
         links = self.links
         cost = self.prefill_cost
         benefit = BenefitSnapshot(self.host_saved_s, self.disk_saved_s,
-                                  cost.seconds_per_token, cost.source)
+                                  cost.seconds_per_token, cost.source, cost.relative_error)
         profile = self.reuse
         reuse = None if profile is None else ReuseSnapshot(
             profile.capacity_blocks, profile.rate, profile.total, tuple(profile.cumulative()))

@@ -107,6 +107,8 @@ class BenefitSnapshot:
     disk_saved_s: float
     prefill_seconds_per_token: float
     prefill_cost_source: str
+    #: relative standard error of the measured fit (inf: no fit yet, or none possible)
+    prefill_cost_relative_error: float = float("inf")
 
 
 @dataclass(frozen=True)

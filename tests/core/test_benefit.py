@@ -29,6 +29,46 @@ def test_the_fit_recovers_the_prefill_cost_from_noisy_steps_with_a_constant_deco
     assert cost.seconds_per_token == pytest.approx(3e-5, rel=0.05)
 
 
+def test_a_fit_too_noisy_to_trust_is_not_used_and_says_how_poor_it_is(monkeypatch):
+    """Steps on a loaded machine: the prefill tokens explain little of the step time.
+    The cost falls back to the configured one (or none), with the fit's error exported."""
+    rng = random.Random(5)
+
+    def loaded_steps(cost: PrefillCost, n: int = 400) -> None:
+        for _ in range(n):
+            prefill = rng.choice([0, 0, 32, 64])
+            noise = rng.expovariate(1 / 0.02)  # other jobs stealing the core
+            cost.observe_step(0.004 + 3e-5 * prefill + noise, prefill, 64)
+
+    unknown = PrefillCost()
+    loaded_steps(unknown)
+    assert unknown.source == "none" and unknown.seconds_per_token == 0.0
+    assert 0.1 < unknown.relative_error < float("inf")
+    monkeypatch.setenv("KVOBS_PREFILL_SECONDS_PER_TOKEN", "2.5e-5")
+    configured = PrefillCost()
+    loaded_steps(configured)
+    assert (configured.source, configured.seconds_per_token) == ("configured", 2.5e-5)
+    rec = Recorder()
+    rec.prefill_cost = unknown
+    with capture_telemetry(rec) as telemetry:
+        assert telemetry.value("kvobs_prefill_cost_relative_error") == \
+            pytest.approx(unknown.relative_error)
+        assert telemetry.value("kvobs_prefill_cost_info", source="none") == 1
+
+
+def test_a_measured_cost_that_turns_poor_falls_back():
+    rng, cost = random.Random(11), PrefillCost()
+    for _ in range(300):  # a quiet machine: a tight fit
+        prefill = rng.choice([0, 128, 512])
+        cost.observe_step(0.004 + 3e-5 * prefill + rng.gauss(0, 1e-4), prefill, 64)
+    assert cost.source == "measured" and cost.relative_error < 0.02
+    for _ in range(4000):  # then steps whose time the tokens no longer explain
+        prefill = rng.choice([0, 128, 512])
+        cost.observe_step(rng.uniform(0.0, 0.5), prefill, 64)
+    assert cost.source == "none" and cost.seconds_per_token == 0.0
+    assert cost.relative_error > 0.1
+
+
 def test_too_few_prefill_steps_measure_nothing_and_a_measured_cost_replaces_a_configured_one():
     cost = PrefillCost()
     cost.set(1e-5)
