@@ -115,7 +115,7 @@ def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Eng
     return runs
 
 
-@pytest.fixture(params=["single", "multi"])
+@pytest.fixture(scope="session", params=["single", "multi"])
 def engine(request: pytest.FixtureRequest,
            engine_runs: Callable[[str], EngineRun]) -> EngineRun:
     """A real engine run per executor: single-process, and vLLM's default multi-process
