@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -183,7 +184,7 @@ def _hybrid_allowed(hybrid: bool) -> Iterator[None]:
 
 def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | None = 1 << 22,
                     block_size: int = 16, blocks_per_chunk: int = 1, hybrid: bool = False,
-                    kv_events: bool = False, max_num_seqs: int = 64,
+                    kv_events: bool = True, max_num_seqs: int = 64,
                     max_num_batched_tokens: int = 2048,
                     tensor_parallel_size: int = 1) -> Scheduler:
     """A real vLLM 0.33 ``Scheduler`` on CPU, prefix caching and stats on.
@@ -279,6 +280,8 @@ class EngineDriver:
         self.reported_store_bytes = 0
         self.reported_load_bytes = 0
         self.kv_events: list[Any] = []
+        #: jobs the workers have not all reported: ``job_id -> (is_store, chunk ids)``
+        self.in_flight: dict[int, tuple[bool, frozenset[int]]] = {}
         self.history: list[StepRecord] = []
         publish = scheduler.kv_event_publisher.publish
 
@@ -288,6 +291,23 @@ class EngineDriver:
 
         publisher: Any = scheduler.kv_event_publisher
         publisher.publish = capture
+        #: vLLM emits no CPU events when its offloading manager resets, so the driver
+        #: notes where the last reset came in :attr:`kv_events`, and the net chunks of
+        #: the manager's own events still queued then (published after it, from before it)
+        self.host_reset_at, self.host_queued_at_reset = 0, 0
+        manager = self.offloading_manager
+        if manager is not None:
+            reset = manager.reset_cache
+
+            @functools.wraps(reset)
+            def reset_cache(*args: Any, **kwargs: Any) -> Any:
+                queued = sum(-len(e.keys) if e.removed else len(e.keys)
+                             for e in manager.events or () if not e.metadata_only)
+                result = reset(*args, **kwargs)
+                self.host_reset_at, self.host_queued_at_reset = len(self.kv_events), queued
+                return result
+
+            manager.reset_cache = reset_cache
 
     # -- requests -------------------------------------------------------------------------
     def request(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4) -> Request:
@@ -395,6 +415,8 @@ class EngineDriver:
         return chunks * chunk_bytes
 
     def _submit(self, job_id: int, is_store: bool, job: Any, delay: int) -> None:
+        spec = job.dst_spec if is_store else job.src_spec  # the CPU side: chunk ids
+        self.in_flight[job_id] = (is_store, frozenset(int(i) for i in spec.block_ids))
         share = self._job_bytes(job, is_store) // self.workers  # each worker moves its shard
         req = None if is_store or job.sync else job.req_id
         for worker in range(self.workers):
@@ -406,6 +428,9 @@ class EngineDriver:
         the requests whose async loads every worker finished (``finished_recving``)."""
         ready = [d for d in self.due if d[0] <= self.steps]
         self.due = [d for d in self.due if d[0] > self.steps]
+        pending = {d[2] for d in self.due}
+        for job_id in {d[2] for d in ready} - pending:  # every worker has reported it
+            self.in_flight.pop(job_id, None)
         merged = OffloadingWorkerMetadata()
         for worker in range(self.workers):
             stats = TransferStats()
@@ -467,11 +492,25 @@ class EngineDriver:
         return pool.num_gpu_blocks - 1 - free, cached
 
     def host_state(self) -> tuple[int, int]:
-        """Host ``(in_use, cached)`` chunks from the ``CPUOffloadingManager``."""
-        m = self.offloading_manager
-        allocated = m._num_allocated_chunks - len(m._free_list)
-        cached = m._num_evictable_cache_chunks
-        return allocated - cached, cached
+        """Host ``(in_use, cached)`` chunks from what vLLM said and what the workers are
+        doing, not from the manager's fields kvobs reads: chunks holding data are those
+        vLLM's KV events stored on the CPU medium and did not remove; of those, chunks a
+        load job in flight reads are in use, and so are chunks a store job in flight
+        writes (not landed: no event yet)."""
+        assert self.scheduler.kv_event_publisher is not None, "needs kv_events=True"
+        landed = -self.host_queued_at_reset
+        for event in self.kv_events[self.host_reset_at:]:
+            kind = type(event).__name__
+            if getattr(event, "medium", None) == "CPU":
+                n = len(event.block_hashes)
+                landed += n if kind == "BlockStored" else -n if kind == "BlockRemoved" else 0
+        writing: set[int] = set()
+        reading: set[int] = set()
+        stale_below = self.connector_scheduler._stale_job_threshold  # a reset forgot these
+        for job_id, (is_store, chunks) in self.in_flight.items():
+            if job_id >= stale_below:
+                (writing if is_store else reading).update(chunks)
+        return len(writing) + len(reading), landed - len(reading)
 
     def prefill_tokens(self, out: Any) -> int:
         """Prompt tokens a ``SchedulerOutput`` computes, from vLLM's requests (after
