@@ -217,6 +217,21 @@ def test_kvobs_equals_vllm_after_every_step(single: EngineRun) -> None:
                 vllm.total(f"vllm:kv_offload_{kind}_bytes_total"), f"step {n} {kind}"
 
 
+def test_prefill_cost_is_used_only_with_a_good_fit(engine: EngineRun) -> None:
+    """The measured prefill cost comes from real steps timed in the engine; it is used (and
+    host hits counted as saved prefill) only when the fit is tight, else none."""
+    kv = engine.kvobs
+    measured = kv.total("kvobs_prefill_cost_info", source="measured") == 1
+    error = [v for name, _, v in kv.rows if name == "kvobs_prefill_cost_relative_error"]
+    if measured:
+        assert error and error[0] <= 0.10
+        assert kv.total("kvobs_prefill_cost_seconds") > 0
+    else:
+        assert kv.total("kvobs_prefill_cost_info", source="none") == 1
+        assert kv.total("kvobs_prefill_cost_seconds") == 0
+        assert kv.total("kvobs_prefill_saved_seconds_total") == 0
+
+
 # -- faults ---------------------------------------------------------------------------------
 
 def test_broken_kvobs_changes_nothing_in_vllm(single: EngineRun, tmp_path_factory:
