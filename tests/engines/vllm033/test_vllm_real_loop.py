@@ -56,8 +56,11 @@ def conversations(driver: EngineDriver, check: Callable[[str], Any], *, chats: i
         check(f"step {driver.steps}")
 
 
-def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineDriver) -> None:
-    """kvobs's totals against vLLM's own figures, once the engine is idle."""
+def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineDriver, *,
+                       block_tables: bool = True) -> None:
+    """kvobs's totals against vLLM's own figures, once the engine is idle (``block_tables``:
+    also the blocks taken against vLLM's per-request block tables, which a sliding window
+    defeats: it releases and takes blocks again inside one ``schedule()``)."""
     snap = rec.snapshot()
     gpu, host = snap.tier("gpu"), snap.tier("host")
     offload, onload = snap.link("gpu", "host"), snap.link("host", "gpu")
@@ -66,6 +69,9 @@ def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineD
     assert snap.lookups.tokens == driver.prefix_queries
     assert snap.lookups.gpu_hit == driver.prefix_hits
     assert snap.lookups.host_hit == driver.connector_hits
+    # GPU blocks taken (new or from the cache): vLLM's per-request block tables.
+    if block_tables:
+        assert gpu.allocations + gpu.reuses == driver.blocks_taken
     # KV cache events by medium.
     pool = inst.part("vllm.block_pool")
     assert isinstance(pool, BlockPoolInstrumentation)
@@ -196,7 +202,7 @@ def test_hybrid_model_runs_conformant_with_shared_backing_bytes(tmp_path: Path) 
 
     conversations(driver, kit.check, chats=4, turns=3, seed=4)
 
-    assert_equals_vllm(rec, inst, driver)
+    assert_equals_vllm(rec, inst, driver, block_tables=False)
     gpu = rec.snapshot().tier("gpu")
     backing = config.kv_cache_tensors[0].size
     assert gpu.block_bytes * config.num_blocks == backing
@@ -394,6 +400,7 @@ def test_connector_reset_with_transfers_in_flight(tmp_path: Path) -> None:
     cached_before = host.cached_blocks
     assert host.in_use_blocks > 0, "chunks being written when the reset comes"
     assert driver.scheduler.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
+    driver.observe_block_tables()  # the reset released every request's blocks
     assert driver.due, "the workers will still report the flushed (stale) jobs"
     snap = kit.check("after reset")
     host = snap.tier("host")
@@ -403,6 +410,8 @@ def test_connector_reset_with_transfers_in_flight(tmp_path: Path) -> None:
     snap = rec.snapshot()
     assert snap.tier("host").stores == snap.link("gpu", "host").blocks > 0
     assert snap.link("gpu", "host").bytes == driver.vllm_store_bytes  # stale jobs' bytes too
+    gpu = snap.tier("gpu")  # blocks taken, as vLLM's per-request block tables show them
+    assert gpu.allocations + gpu.reuses == driver.blocks_taken
     assert snap.errors == {}
 
 

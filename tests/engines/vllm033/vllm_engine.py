@@ -280,6 +280,10 @@ class EngineDriver:
         self.reported_store_bytes = 0
         self.reported_load_bytes = 0
         self.kv_events: list[Any] = []
+        #: GPU blocks that became held by some request (vLLM's per-request block tables,
+        #: read after each schedule() and update_from_output(); the null block left out)
+        self.blocks_taken = 0
+        self._held: set[tuple[int, int]] = set()
         #: jobs the workers have not all reported: ``job_id -> (is_store, chunk ids)``
         self.in_flight: dict[int, tuple[bool, frozenset[int]]] = {}
         self.history: list[StepRecord] = []
@@ -356,6 +360,7 @@ class EngineDriver:
         out = self.scheduler.schedule()
         self.scheduler_seconds += time.perf_counter() - started
         self.scheduler_cpu_seconds += time.thread_time() - cpu
+        self.observe_block_tables()
         if self.model_seconds is not None:  # the forward pass, as a busy wait
             deadline = time.perf_counter() + self.model_seconds(out)
             while time.perf_counter() < deadline:
@@ -384,6 +389,7 @@ class EngineDriver:
         self.scheduler_seconds += time.perf_counter() - started
         self.scheduler_cpu_seconds += time.thread_time() - cpu
         stats = self._read_stats(engine_outputs)
+        self.observe_block_tables()
         self.steps += 1
         record = StepRecord(out, engine_outputs, stats, stores, loads)
         if self.keep_history:
@@ -397,6 +403,18 @@ class EngineDriver:
             self.step()
             taken += 1
         return taken
+
+    def observe_block_tables(self) -> None:
+        """Count the GPU blocks that became held since the last look, from vLLM's own
+        per-request block tables (a block taken and released between two looks, within
+        one ``schedule()``, is missed: tests that preempt do not use this figure)."""
+        held = set()
+        managers = self.scheduler.kv_cache_manager.coordinator.single_type_managers
+        for group, manager in enumerate(managers):
+            for blocks in manager.req_to_blocks.values():
+                held.update((group, b.block_id) for b in blocks if not b.is_null)
+        self.blocks_taken += len(held - self._held)
+        self._held = held
 
     def _sampled(self, out: Any, req_id: str) -> list[int]:
         req = self.scheduler.requests[req_id]
