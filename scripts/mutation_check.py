@@ -3,8 +3,9 @@ dropped, must make at least one engine test fail.
 
 Each mutant is one textual change to a copy of ``kvobs/`` (never the working tree): the
 first argument of one recorder call doubled (``2 * (x)``) or zeroed (the event dropped).
-The copy goes first on ``PYTHONPATH``, so the engine suites (and vLLM's plugin loader in
-every engine process) import it instead of the installed kvobs. A mutant is *killed* when
+The suites run from the copy's folder with the copy first on ``PYTHONPATH``, so they (and
+vLLM's plugin loader in every engine process) import it instead of the repository's
+kvobs; each run checks that they do. A mutant is *killed* when
 a suite fails; a *survivor* is a hole in the tests. Suites run in the order given, the
 first failure ends a mutant's run (``-x``).
 
@@ -157,16 +158,34 @@ def apply(mutant: Mutant, tree: Path) -> None:
     target.write_text(text.replace(mutant.old, mutant.new, 1))
 
 
-def run_suites(pythonpath: str | None, timeout: int) -> tuple[bool, str]:
-    """Whether every suite passed; the first failing suite's name otherwise."""
+def suite_env(tree: Path) -> dict[str, str]:
+    """The environment the suites run in: the mutant tree first on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVOBS_", "PYTEST_"))}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
+    env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def check_isolation(tree: Path) -> None:
+    """Each suite's interpreter, run as the suites are (working directory = the mutant
+    tree, which ``python -m`` puts first on ``sys.path``; the repository's own ``kvobs/``
+    would shadow the mutant from there), must import the mutant's kvobs."""
+    for python, _suite in SUITES:
+        found = subprocess.run([str(REPO / python), "-c", "import kvobs; print(kvobs.__file__)"],
+                               cwd=tree, env=suite_env(tree), capture_output=True, text=True,
+                               check=True).stdout.strip()
+        if not found.startswith(str(tree)):
+            raise SystemExit(f"{python} imports kvobs from {found}, not the mutant in {tree}")
+
+
+def run_suites(tree: Path, timeout: int) -> tuple[bool, str]:
+    """Whether every suite passed with the mutant tree's kvobs; else where it failed."""
     for python, suite in SUITES:
         proc = subprocess.run(
-            [str(REPO / python), "-m", "pytest", suite, "-x", "-q", "-p", "no:cacheprovider",
-             "-W", "ignore::DeprecationWarning", "-k", "not broken_kvobs"],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            [str(REPO / python), "-m", "pytest", str(REPO / suite), "-x", "-q",
+             "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+             "-k", "not broken_kvobs", f"--rootdir={REPO}"],
+            cwd=tree, env=suite_env(tree), capture_output=True, text=True, timeout=timeout,
+            check=False)
         if proc.returncode != 0:
             failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
             return False, f"{suite}: {failed[0] if failed else proc.stdout[-300:]}"
@@ -193,8 +212,9 @@ def main() -> int:
             shutil.copytree(REPO / "kvobs", tree / "kvobs",
                             ignore=shutil.ignore_patterns("__pycache__"))
             apply(mutant, tree)
+            check_isolation(tree)
             started = time.monotonic()
-            passed, where = run_suites(str(tree), args.timeout)
+            passed, where = run_suites(tree, args.timeout)
             verdict = "SURVIVED" if passed else "killed"
             print(f"[{n}/{len(mutants)}] {mutant.id:45} {verdict:8} "
                   f"{time.monotonic() - started:5.0f} s  {where}", flush=True)
