@@ -115,6 +115,28 @@ def test_explicit_eviction_and_reset_are_counted_by_reason():
     assert_matches_engine(rec, manager.block_pool)
 
 
+def test_a_hit_evicted_before_it_is_touched_is_a_plain_allocation():
+    """A prefix hit whose block lost its data between the lookup and ``touch`` (another
+    allocation evicted it, or an explicit eviction): vLLM takes the empty block into use,
+    which kvobs counts as an allocation, not a reuse; vLLM's own counts agree."""
+    manager = kv_cache_manager(30)
+    rec = Recorder()
+    instrument_kv_cache_manager(manager, rec)
+    first = request(list(range(64)))
+    admit(manager, first)
+    manager.free(first)
+    pool = manager.block_pool
+    hits = [b for b in pool.blocks if b.block_hash is not None and not b.is_null]
+    assert len(hits) == 4
+    manager.evict_blocks({b.block_id for b in hits[:2]})  # lose their data first
+    pool.touch(hits)                                      # then the hit takes them
+    gpu = rec.snapshot().tier("gpu")
+    assert (gpu.reuses, gpu.allocations - 4) == (2, 2)    # 4 blocks of the first request
+    assert_matches_engine(rec, pool)
+    pool.free_blocks(hits)
+    assert_matches_engine(rec, pool)
+
+
 def test_prefix_caching_off_counts_plain_allocations():
     manager = kv_cache_manager(20, caching=False)
     rec = Recorder()
