@@ -89,7 +89,10 @@ def vllm_mutants() -> list[Mutant]:
         *recorder_call("gpu.evict(capacity)", pool,
                        'tier.evict(capacity - tier.evictions_capacity, "capacity")',
                        "capacity - tier.evictions_capacity"),
-        *recorder_call("gpu.hash_gained", pool, "    inst.hashes_gained += n\n", "n"),
+        Mutant("gpu.hash_gained:doubled", pool, "    inst.hashes_gained += n\n",
+               "    inst.hashes_gained += 2 * n\n"),
+        Mutant("gpu.hash_gained:dropped", pool, "    inst.hashes_gained += n\n",
+               "    inst.hashes_gained += 0 * n\n"),
         *recorder_call("gpu.evict(explicit)", pool, 'inst.tier.evict(freed, "explicit")',
                        "freed"),
         *recorder_call("gpu.evict(reset)", pool, 'inst.tier.evict(cached, "reset")',
@@ -149,6 +152,8 @@ def vllm_mutants() -> list[Mutant]:
 
 
 def apply(mutant: Mutant, tree: Path) -> None:
+    if mutant.new == mutant.old:
+        raise SystemExit(f"mutant {mutant.id} changes nothing: fix its definition")
     target = tree / mutant.path
     text = target.read_text()
     found = text.count(mutant.old)
