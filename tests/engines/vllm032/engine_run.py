@@ -314,7 +314,13 @@ def run(mode: str, out: Path, workdir: Path) -> None:
         worker = core.model_executor.driver_worker.worker.model_runner
         account["host_buffer_bytes"] = host_buffer_bytes(worker)
     account["outputs"] = outputs
+    import psutil
+
+    children = [p for p in psutil.Process().children(recursive=True)  # vLLM titles them
+                if "VLLM" in " ".join(p.cmdline())]  # the engine core and its worker
     shutdown(llm)
+    account["engine_processes"] = len(children)
+    account["left_running"] = [p.pid for p in children if still_running(p)]
     event_log.close()
     out.write_text(json.dumps(account))
 
@@ -325,6 +331,19 @@ def host_buffer_bytes(model_runner: Any) -> int:
 
     worker = get_kv_transfer_group().connector_worker.worker
     return sum(t.numel() * t.element_size() for t in worker.host)
+
+
+def still_running(process: Any, wait_s: float = 10.0) -> bool:
+    """Whether ``process`` is still alive ``wait_s`` seconds from now (zombies are not)."""
+    import psutil
+
+    try:
+        process.wait(timeout=wait_s)
+    except psutil.TimeoutExpired:
+        return True
+    except psutil.NoSuchProcess:
+        pass
+    return False
 
 
 def shutdown(llm: Any) -> None:
