@@ -98,6 +98,16 @@ def test_host_tier_is_vllms_cpu_kv_events(engine: EngineRun) -> None:
         (stored - removed) * host_chunk_bytes()
 
 
+def test_host_reads_are_the_chunks_vllm_loaded(engine: EngineRun) -> None:
+    """No two requests in flight share a chunk, so each chunk vLLM loaded was one host
+    reuse (cached -> in use), and every chunk written or read went back to the cache."""
+    kv = engine.kvobs
+    loaded = engine.vllm.total("vllm:kv_offload_load_bytes_total") // host_chunk_bytes()
+    assert kv.total("kvobs_block_reuses_total", tier="host") == loaded > 0
+    assert kv.total("kvobs_block_frees_total", tier="host") == \
+        engine.events["BlockStored/CPU"] + loaded
+
+
 def test_host_onload_gives_the_tokens_of_a_fresh_prefill(engine: EngineRun) -> None:
     """Chat 0's first prompt again, after its blocks left the GPU pool: served from the host
     tier, its greedy tokens and their log-probabilities equal those of the first run."""
