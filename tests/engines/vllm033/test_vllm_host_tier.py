@@ -182,6 +182,15 @@ def test_worker_transfer_results_time_the_links(counts):
         assert (out.operations, out.blocks, back.operations) == (0, 0, 0)
     assert out.seconds == pytest.approx(results[0].transfer_time)
     assert rec.link("gpu", "host").drain_durations() == [results[0].transfer_time]
+    # a job the worker accepted and then reports failed (TransferResult success=False)
+    assert worker.submit_store(4, GPULoadStoreSpec([6, 7, 8, 11], group_sizes=[4],
+                                                   block_indices=[0]),
+                               CPULoadStoreSpec([3, 4, 5, 6]))
+    worker.done[-1] = TransferResult(4, False, 0, None)
+    assert [r.success for r in worker.get_finished()] == [False]
+    out = rec.snapshot().link("gpu", "host")
+    assert out.failures == (2 + 4 if counts else 0)  # counted here only where asked
+    assert out.operations == (1 if counts else 0)
 
 
 def test_wrong_objects_are_refused():
