@@ -306,7 +306,8 @@ def enable() -> _Enabled:
             from vllm.v1.kv_offload.factory import OffloadingSpecFactory
         except ImportError as exc:
             _log.warning("kvobs_instrument_partial", missing="OffloadingSpecFactory",
-                         error=repr(exc), effect="host tier bytes unknown on vLLM < 0.33")
+                         error=repr(exc),
+                         effect="host tier bytes unknown where the manager publishes none")
         else:
             _hook_factory(OffloadingSpecFactory, "create_spec", _STATE.remember_spec)
     return _STATE
@@ -340,6 +341,7 @@ def disable() -> None:
         for cls, name, original in reversed(_STATE.hooks):
             setattr(cls, name, original)
         _STATE.hooks.clear()
+        _STATE.specs.clear()
         for inst in reversed(_STATE.instrumentations):
             inst.unwrap()
         _STATE.instrumentations.clear()
