@@ -162,7 +162,7 @@ def chats(seed: int = 0) -> list[list[tuple[str, list[int], int]]]:
               rnd.randrange(3, 8)) for c in range(CHATS)] for t in range(TURNS)]
 
 
-def build(mode: str, model: Path, events: str, kvobs_port: int) -> Any:
+def build(model: Path, events: str, kvobs_port: int) -> Any:
     from vllm import LLM
     from vllm.config import KVEventsConfig, KVTransferConfig
 
@@ -226,7 +226,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     event_log = EventLog(events_endpoint)
     kvobs_port = free_port(span=100)
     started = time.monotonic()
-    llm = build(mode, model, events_endpoint, kvobs_port)
+    llm = build(model, events_endpoint, kvobs_port)
     built_s = time.monotonic() - started
     engine = llm.llm_engine
     account: dict[str, Any] = {"mode": mode, "built_s": built_s, "kvobs_port": kvobs_port,
@@ -302,7 +302,6 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     time.sleep(0.5)
     account["events"] = event_log.settle()
     account["vllm"] = vllm_registry()
-    enabled = os.environ.get("KVOBS_ENABLE") == "1"
     account["kvobs"] = scrape(metrics_url) if enabled else []
     if mode == "multi" and enabled:
         account["kvobs_worker"] = scrape(f"http://127.0.0.1:{kvobs_port + 100}/metrics")
