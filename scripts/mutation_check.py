@@ -1,5 +1,5 @@
-"""Prove the vLLM engine tests bite: every event the vLLM adapters record, doubled and
-dropped, must make at least one engine test fail.
+"""Prove the engine tests bite: every event an engine's adapters record, doubled and
+dropped, must make at least one of that engine's tests fail.
 
 Each mutant is one textual change to a copy of ``kvobs/`` (never the working tree): the
 first argument of one recorder call doubled (``2 * (x)``) or zeroed (the event dropped).
@@ -9,10 +9,13 @@ kvobs; each run checks that they do. A mutant is *killed* when
 a suite fails; a *survivor* is a hole in the tests. Suites run in the order given, the
 first failure ends a mutant's run (``-x``).
 
-Usage (about 20-60 s per mutant; ``make mutants`` runs it for vLLM)::
+Each engine's mutants and the suites that judge them live in ``scripts/mutants/<engine>.py``.
 
-    python scripts/mutation_check.py                 # every vLLM mutant
-    python scripts/mutation_check.py --only reuse    # mutants whose id contains "reuse"
+Usage (about 20-60 s per mutant; ``make mutants`` runs every engine)::
+
+    python scripts/mutation_check.py                        # every engine's mutants
+    python scripts/mutation_check.py --engine sglang        # one engine's
+    python scripts/mutation_check.py --only reuse           # ids containing "reuse"
     python scripts/mutation_check.py --list
 
 Exit status 1 when a mutant survived (or a suite failed without any mutant).
@@ -27,128 +30,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
+from types import ModuleType
+
+from mutants.common import Mutant
 
 REPO = Path(__file__).resolve().parents[1]
-ADAPTERS = "kvobs/adapters/vllm"
-#: (interpreter, suite) pairs the mutants are judged by: the real engine first (a
-#: session-scoped run per executor, single-process first: most mutants fail in ~20 s).
-SUITES = ((".venv-vllm-cpu/bin/python", "tests/engines/vllm032"),
-          (".venv-vllm/bin/python", "tests/engines/vllm033"))
+ENGINES = ("vllm", "sglang", "lmcache")
+Suites = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
-class Mutant:
-    """Replace ``old`` (exactly one occurrence in ``path``) by ``new``."""
-
-    id: str
-    path: str
-    old: str
-    new: str
-
-
-def recorder_call(event: str, path: str, call: str, first: str) -> list[Mutant]:
-    """The doubled and the dropped mutant of ``call``, whose first argument is ``first``."""
-    doubled = call.replace(f"({first}", f"(2 * ({first})", 1)
-    dropped = call.replace(f"({first}", f"(0 * ({first})", 1)
-    return [Mutant(f"{event}:doubled", path, call, doubled),
-            Mutant(f"{event}:dropped", path, call, dropped)]
-
-
-def keyword(event: str, path: str, old: str, name: str, value: str) -> list[Mutant]:
-    """Doubled / dropped mutants of the keyword ``name=value`` inside ``old``."""
-    return [Mutant(f"{event}:doubled", path, old,
-                   old.replace(f"{name}={value}", f"{name}=2 * ({value})", 1)),
-            Mutant(f"{event}:dropped", path, old,
-                   old.replace(f"{name}={value}", f"{name}=0 * ({value})", 1))]
-
-
-def vllm_mutants() -> list[Mutant]:
-    pool, host = f"{ADAPTERS}/block_pool.py", f"{ADAPTERS}/offloading.py"
-    connector, worker = f"{ADAPTERS}/connector.py", f"{ADAPTERS}/transfers.py"
-    lookups = f"{ADAPTERS}/lookups.py"
-    lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
-              "disk_hit=min(disk, left - host),")
-    generated = '                  f"        tier.{field} += {hook.count}\\n"'
-    return [
-        # the GPU tier (BlockPool): allocate through the generated counting wrapper
-        Mutant("gpu.allocate(get_new_blocks):doubled", "kvobs/adapters/_hooks.py", generated,
-               generated.replace("+= {hook.count}", "+= 2 * {hook.count}")),
-        Mutant("gpu.allocate(get_new_blocks):dropped", "kvobs/adapters/_hooks.py", generated,
-               generated.replace("+= {hook.count}", "+= 0 * {hook.count}")),
-        *recorder_call("gpu.allocate(touch)", pool, "inst.tier.allocate(len(idle) - hits)",
-                       "len(idle) - hits"),
-        *recorder_call("gpu.reuse", pool, "inst.tier.reuse(hits)", "hits"),
-        *recorder_call("gpu.free(cached)", pool,
-                       "tier.free(to_cache - tier.frees_to_cache, cached=True)",
-                       "to_cache - tier.frees_to_cache"),
-        *recorder_call("gpu.free(emptied)", pool,
-                       "tier.free(to_free - tier.frees_to_free, cached=False)",
-                       "to_free - tier.frees_to_free"),
-        *recorder_call("gpu.evict(capacity)", pool,
-                       'tier.evict(capacity - tier.evictions_capacity, "capacity")',
-                       "capacity - tier.evictions_capacity"),
-        Mutant("gpu.hash_gained:doubled", pool, "    inst.hashes_gained += n\n",
-               "    inst.hashes_gained += 2 * n\n"),
-        Mutant("gpu.hash_gained:dropped", pool, "    inst.hashes_gained += n\n",
-               "    inst.hashes_gained += 0 * n\n"),
-        *recorder_call("gpu.evict(explicit)", pool, 'inst.tier.evict(freed, "explicit")',
-                       "freed"),
-        *recorder_call("gpu.evict(reset)", pool, 'inst.tier.evict(cached, "reset")',
-                       "cached"),
-        # the host tier (CPUOffloadingManager)
-        *recorder_call("host.drop", host,
-                       "inst.offload.drop(inst.refuse(k for k in keys if get(k) is None))",
-                       "inst.refuse(k for k in keys if get(k) is None)"),
-        *recorder_call("host.allocate(store)", host,
-                       "        inst.tier.allocate(len(output.keys_to_store))\n    if output."
-                       "evicted_keys:\n        inst.tier.evict(len(output.evicted_keys), "
-                       '"capacity", keys=output.evicted_keys)\n\n\ndef _writes_pending',
-                       "len(output.keys_to_store)"),
-        *recorder_call("host.evict(capacity)", host,
-                       'inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.'
-                       "evicted_keys)\n\n\ndef _writes_pending", "len(output.evicted_keys)"),
-        *recorder_call("host.free(landed)", host,
-                       "inst.tier.free(landed)  # the written", "landed"),
-        *recorder_call("host.store", host,
-                       "inst.tier.store(landed, keys=keys if", "landed"),
-        *recorder_call("host.fail", host, "inst.offload.fail(landed)", "landed"),
-        *recorder_call("host.reuse(onload)", host, "inst.tier.reuse(idle, keys=keys)", "idle"),
-        *recorder_call("host.free(read)", host, "inst.tier.free(last, cached=True)", "last"),
-        *recorder_call("host.free(reset)", host, "    inst.tier.free(in_use)\n", "in_use"),
-        *recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
-                       "cached"),
-        # transfers counted in the scheduler (OffloadingConnectorScheduler)
-        *recorder_call("transfer.blocks", connector, "link.transfer(chunks, share, None)",
-                       "chunks"),
-        Mutant("transfer.bytes:doubled", connector, "link.transfer(chunks, share, None)",
-               "link.transfer(chunks, 2 * share, None)"),
-        Mutant("transfer.bytes:dropped", connector, "link.transfer(chunks, share, None)",
-               "link.transfer(chunks, 0, None)"),
-        Mutant("transfer.operations:doubled", connector,
-               "        link.transfer(chunks, share, None)\n",
-               "        link.transfer(chunks, share, None)\n        link.transfer(0, 0, None)\n"),
-        *recorder_call("transfer.seconds(store)", connector,
-                       "inst.offload.add_seconds(store_s)", "store_s"),
-        *recorder_call("transfer.seconds(load)", connector,
-                       "inst.onload.add_seconds(load_s)", "load_s"),
-        # transfer durations from the worker (OffloadingWorker)
-        *recorder_call("transfer.duration(same process)", worker, "link.sample(seconds)",
-                       "seconds"),
-        *recorder_call("transfer.duration(worker process)", worker, "link.timed(seconds)",
-                       "seconds"),
-        *recorder_call("transfer.fail(worker)", worker, "link.fail(chunks, size)", "chunks"),
-        # lookups (KVCacheManager + the connector's split by source)
-        *recorder_call("lookup.tokens", lookups, lookup, "tokens"),
-        *keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
-        *keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
-        Mutant("lookup.count:doubled", lookups, lookup,
-               lookup.replace("    inst.rec.lookup(", "    inst.rec.lookup(0)\n    inst.rec."
-                              "lookup(", 1)),
-        Mutant("lookup.count:dropped", lookups, lookup,
-               lookup.replace("    inst.rec.lookup(", "    (lambda *a, **k: None)(", 1)),
-    ]
+def engine_module(engine: str) -> ModuleType:
+    """``scripts/mutants/<engine>.py``: its ``SUITES`` and ``mutants()``."""
+    return import_module(f"mutants.{engine}")
 
 
 def apply(mutant: Mutant, tree: Path) -> None:
@@ -170,11 +65,11 @@ def suite_env(tree: Path) -> dict[str, str]:
     return env
 
 
-def check_isolation(tree: Path) -> None:
+def check_isolation(tree: Path, suites: Suites) -> None:
     """Each suite's interpreter, run as the suites are (working directory = the mutant
     tree, which ``python -m`` puts first on ``sys.path``; the repository's own ``kvobs/``
     would shadow the mutant from there), must import the mutant's kvobs."""
-    for python, _suite in SUITES:
+    for python, _suite in suites:
         found = subprocess.run([str(REPO / python), "-c", "import kvobs; print(kvobs.__file__)"],
                                cwd=tree, env=suite_env(tree), capture_output=True, text=True,
                                check=True).stdout.strip()
@@ -182,9 +77,9 @@ def check_isolation(tree: Path) -> None:
             raise SystemExit(f"{python} imports kvobs from {found}, not the mutant in {tree}")
 
 
-def run_suites(tree: Path, timeout: int) -> tuple[bool, str]:
+def run_suites(tree: Path, suites: Suites, timeout: int) -> tuple[bool, str]:
     """Whether every suite passed with the mutant tree's kvobs; else where it failed."""
-    for python, suite in SUITES:
+    for python, suite in suites:
         proc = subprocess.run(
             [str(REPO / python), "-m", "pytest", str(REPO / suite), "-x", "-q",
              "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
@@ -199,34 +94,37 @@ def run_suites(tree: Path, timeout: int) -> tuple[bool, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=ENGINES, action="append",
+                        help="this engine's mutants (repeatable; default: every engine)")
     parser.add_argument("--only", default="", help="run mutants whose id contains this")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per suite run")
     args = parser.parse_args()
-    mutants = [m for m in vllm_mutants() if args.only in m.id]
+    plan = [(m, module.SUITES) for module in map(engine_module, args.engine or ENGINES)
+            for m in module.mutants() if args.only in m.id]
     if args.list:
-        print("\n".join(f"{m.id:45} {m.path}" for m in mutants))
+        print("\n".join(f"{m.id:45} {m.path}" for m, _suites in plan))
         return 0
-    for python, _suite in SUITES:
+    for python in sorted({python for _m, suites in plan for python, _suite in suites}):
         if not (REPO / python).exists():
             raise SystemExit(f"{python} is missing: run `bash scripts/deps/engines.sh`")
     survivors = []
     with tempfile.TemporaryDirectory(prefix="kvobs-mutants-") as scratch:
-        for n, mutant in enumerate(mutants, 1):
+        for n, (mutant, suites) in enumerate(plan, 1):
             tree = Path(scratch) / mutant.id.replace(":", "-").replace("(", "").replace(")", "")
             shutil.copytree(REPO / "kvobs", tree / "kvobs",
                             ignore=shutil.ignore_patterns("__pycache__"))
             apply(mutant, tree)
-            check_isolation(tree)
+            check_isolation(tree, suites)
             started = time.monotonic()
-            passed, where = run_suites(tree, args.timeout)
+            passed, where = run_suites(tree, suites, args.timeout)
             verdict = "SURVIVED" if passed else "killed"
-            print(f"[{n}/{len(mutants)}] {mutant.id:45} {verdict:8} "
+            print(f"[{n}/{len(plan)}] {mutant.id:45} {verdict:8} "
                   f"{time.monotonic() - started:5.0f} s  {where}", flush=True)
             if passed:
                 survivors.append(mutant.id)
             shutil.rmtree(tree)
-    print(f"mutants: {len(mutants)}, killed: {len(mutants) - len(survivors)}, "
+    print(f"mutants: {len(plan)}, killed: {len(plan) - len(survivors)}, "
           f"survived: {len(survivors)} {survivors if survivors else ''}")
     return 1 if survivors else 0
 

@@ -1,0 +1,1 @@
+"""Mutants per engine: each module has ``SUITES`` and ``mutants()``."""

@@ -1,0 +1,36 @@
+"""What a mutant is, and the two ways kvobs's mutants are made from a recorder call.
+
+Example:
+    >>> recorder_call("gpu.reuse", "kvobs/x.py", "tier.reuse(hits)", "hits")[0].new
+    'tier.reuse(2 * (hits))'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """Replace ``old`` (exactly one occurrence in ``path``) by ``new``."""
+
+    id: str
+    path: str
+    old: str
+    new: str
+
+
+def recorder_call(event: str, path: str, call: str, first: str) -> list[Mutant]:
+    """The doubled and the dropped mutant of ``call``, whose first argument is ``first``."""
+    doubled = call.replace(f"({first}", f"(2 * ({first})", 1)
+    dropped = call.replace(f"({first}", f"(0 * ({first})", 1)
+    return [Mutant(f"{event}:doubled", path, call, doubled),
+            Mutant(f"{event}:dropped", path, call, dropped)]
+
+
+def keyword(event: str, path: str, old: str, name: str, value: str) -> list[Mutant]:
+    """Doubled / dropped mutants of the keyword ``name=value`` inside ``old``."""
+    return [Mutant(f"{event}:doubled", path, old,
+                   old.replace(f"{name}={value}", f"{name}=2 * ({value})", 1)),
+            Mutant(f"{event}:dropped", path, old,
+                   old.replace(f"{name}={value}", f"{name}=0 * ({value})", 1))]

