@@ -1,7 +1,11 @@
-"""The host tier of a real LMCache 0.5.6 LocalCPUBackend: kvobs equals LMCache's own state.
+"""The host tier of a real LMCache 0.5.6 LocalCPUBackend alone: kvobs equals LMCache's
+own state in the corners a connector's run rarely reaches (duplicate puts and reads, a
+chunk removed while read, ``clear``).
 
 Every step is checked by :class:`kvobs.testing.Conformance` against the engine's own
-account (chunks in ``hot_cache``; live allocations of the CPU buffer), flows exact.
+account (chunks in ``hot_cache``; live memory objects as LMCache's allocator reports
+them to its stats monitor), flows exact. The engine as a connector drives it is
+``test_lmcache_engine.py``.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from lmcache.v1.memory_management import MemoryObj
 from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
 
 from kvobs.adapters import AdapterError
-from kvobs.adapters import lmcache as adapter
 from kvobs.adapters.lmcache import LMCacheInstrumentation, instrument_local_cpu_backend
+from kvobs.adapters.lmcache import backend as adapter
 from kvobs.recorder import Recorder
 from kvobs.testing import Conformance
 
@@ -42,10 +46,12 @@ def key(i: int) -> CacheEngineKey:
 
 
 def engine_truth(b: LocalCPUBackend):
-    """LMCache's own account: cached = hot cache, in use = the other live allocations."""
+    """LMCache's own account: cached = its hot cache, in use = the other live memory
+    objects as its allocator reports them to its stats monitor."""
     def truth() -> dict[str, tuple[int, int]]:
         cached = len(b.hot_cache)
-        return {"host": (b.memory_allocator.num_active_allocations - cached, cached)}
+        live = LMCStatsMonitor.GetOrCreate().active_memory_objs_count
+        return {"host": (live - cached, cached)}
     return truth
 
 
@@ -77,7 +83,7 @@ def instrumented():
 
 
 def test_puts_lookups_gets_and_capacity_evictions(instrumented):
-    b, rec, inst, kit = instrumented
+    b, rec, _, kit = instrumented
     monitor = LMCStatsMonitor.GetOrCreate()
     evicted_before = monitor.interval_local_cpu_evict_keys_count
     for i in range(12):                   # 12 chunks into 8: allocate evicts the oldest
@@ -101,10 +107,9 @@ def test_puts_lookups_gets_and_capacity_evictions(instrumented):
     for got in objs:
         got.ref_count_down()
     assert hits == 2
-    assert (inst.lookups, inst.lookup_hits) == (2 + 4, 1 + 2)
     snap = kit.check("after reads")
-    assert (snap.lookups.lookups, snap.lookups.tokens) == (3, 6 * CHUNK_TOKENS)
-    assert snap.lookups.host_hit == 3 * CHUNK_TOKENS
+    # a backend probe is not a request's lookup: those are counted at the LMCacheEngine
+    assert (snap.lookups.lookups, snap.lookups.tokens) == (0, 0)
     host = snap.tier("host")
     assert (host.reuses, host.frees_to_cache, host.stores) == (3, 3, 12)
     assert snap.thrash.offloaded_reused == 3

@@ -3,37 +3,11 @@
 One host block is one LMCache *chunk* (a ``MemoryObj`` of ``chunk_size`` tokens). The
 engine's own account, which kvobs mirrors event by event: **cached** = chunks in the
 backend's ``hot_cache``; **in use** = live allocations of its CPU buffer that are not
-in the hot cache (chunks being written, duplicates the writer has not dropped yet).
-
-How LMCache's calls map to the vocabulary (:mod:`kvobs.events`):
-
-==============================  ========================================================
-engine call                     events
-==============================  ========================================================
-``allocate`` (not None)         ``allocate(1)``; ``batched_allocate``: ``allocate(n)``
-``submit_put_task`` new key     ``free(1)`` + ``store(1, keys)``: the writer's chunk is
-                                handed to the cache, an offload landing (in use ->
-                                cached); so ``stores`` counts puts of new keys
-``submit_put_task`` known key   nothing (LMCache keeps the old chunk; the new one stays
-                                in use until the writer drops it, below)
-allocator ``free`` of a chunk   ``free(1)`` (in use -> free): the last reference to a
-not in the cache                chunk that never landed (or outlived its eviction)
-``get_blocking`` hit            ``reuse(1, keys)`` + ``free(1, cached=True)``: a host
-                                hit; the chunk stays cached while read (LMCache pins it
-                                by a reference), so the read finishes, for the tier, as
-                                the get returns. ``batched_get_non_blocking``: per chunk
-``contains`` /                  one ``rec.lookup`` per call: ``block_tokens`` tokens per
-``batched_async_contains``      chunk asked, host hits for the chunks found (a batch
-                                stops at the first miss); ``inst.lookups`` /
-                                ``lookup_hits`` count the chunks
-``remove`` that removed         ``evict(1, reason, keys)``: ``capacity`` inside
-                                ``allocate`` (``force=False``), ``explicit`` otherwise,
-                                ``reset`` inside ``clear``; if a reader still holds the
-                                chunk, its memory stays allocated: ``allocate(1)``, and
-                                the reader's last drop is the ``free(1)`` above
-cached chunk freed directly     ``evict(1, "capacity")`` (``batched_allocate`` evicting
-                                for a ``MixedMemoryAllocator`` pops the hot cache itself)
-==============================  ========================================================
+in the hot cache (chunks being written, duplicates the writer has not dropped yet,
+chunks a reader holds after their eviction). The event table is in
+:mod:`kvobs.adapters.lmcache`; prefix lookups are counted one per request at the
+``LMCacheEngine`` (:mod:`kvobs.adapters.lmcache.engine`), which reads here only how
+many of the chunks it found lie in this backend (``batched_contains``).
 
 So ``in_use == allocations + reuses - frees`` and ``cached == frees_to_cache + stores -
 reuses - evictions`` hold exactly, duplicate puts and reads included. Occupancy itself
@@ -48,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from kvobs.adapters._hooks import (
@@ -71,16 +46,17 @@ class LMCacheInstrumentation(Instrumentation):
     """Wrappers on one ``LocalCPUBackend`` (and its memory allocator).
 
     Attributes:
-        lookups: chunks looked up (``contains``, ``batched_async_contains``).
-        lookup_hits: of them, found in the hot cache.
+        found: chunks this backend found (``batched_contains``) during the engine
+            lookup now running in thread ``probing``; the engine's lookup hook reads it.
+        probing: ident of the thread whose engine lookup is probing, else None.
     """
 
     def __init__(self, backend: Any, rec: Recorder | None, tier: TierRecorder,
                  active: bool, block_tokens: int) -> None:
         super().__init__(backend, COMPONENT, active, rec, tier)
         self.block_tokens = block_tokens
-        self.lookups = 0
-        self.lookup_hits = 0
+        self.found = 0
+        self.probing: int | None = None
         self.removal_reason: str | None = None   # "reset" while ``clear`` runs
         self.cached_ids: set[int] = set()         # chunks this tier counts as cached
         self.removing: set[int] = set()           # chunks inside a ``remove`` call
@@ -92,12 +68,6 @@ class LMCacheInstrumentation(Instrumentation):
         live = getattr(_buffer_allocator(backend), "num_active_allocations", None)
         in_use = max(int(live) - cached, 0) if isinstance(live, int) else 0
         return in_use, cached
-
-    def lookup(self, chunks: int, hits: int) -> None:
-        """``chunks`` looked up, ``hits`` of them found."""
-        self.lookups += chunks
-        self.lookup_hits += hits
-        self.rec.lookup(chunks * self.block_tokens, host_hit=hits * self.block_tokens)
 
 
 class _AllocatorInstrumentation(Instrumentation):
@@ -135,14 +105,10 @@ def _put(inst: LMCacheInstrumentation, new: bool, result: Any, key: Any, memory_
         inst.tier.store(1, keys=(key,))   # ...and lands in the cache: an offload
 
 
-def _contained(inst: LMCacheInstrumentation, state: None, found: bool, key: Any,
-               *args: Any, **kwargs: Any) -> None:
-    inst.lookup(1, int(bool(found)))
-
-
-def _batch_contained(inst: LMCacheInstrumentation, state: None, hits: int, lookup_id: str,
-                     keys: Any, *args: Any, **kwargs: Any) -> None:
-    inst.lookup(len(keys), int(hits))
+def _found(inst: LMCacheInstrumentation, state: None, hits: int, keys: Any,
+           *args: Any, **kwargs: Any) -> None:
+    if inst.probing == threading.get_ident():   # inside the engine's lookup, not a
+        inst.found += int(hits)                  # retrieve's block mapping elsewhere
 
 
 def _got(inst: LMCacheInstrumentation, state: None, obj: Any, key: Any) -> None:
@@ -193,9 +159,7 @@ SPEC = AdapterSpec(COMPONENT, ("LocalCPUBackend",), (
     Hook("batched_allocate", ("shapes", "dtypes", "batch_size"), "allocate",
          after=_batch_allocated),
     Hook("submit_put_task", ("key", "memory_obj"), "free, store", before=_is_new, after=_put),
-    Hook("contains", ("key", "pin"), "lookup", after=_contained),
-    Hook("batched_async_contains", ("lookup_id", "keys", "pin"), "lookup",
-         after=_batch_contained, reiterable=("keys",)),
+    Hook("batched_contains", ("keys", "pin"), "track", after=_found),
     Hook("get_blocking", ("key",), "reuse, free", after=_got),
     Hook("batched_get_non_blocking", ("lookup_id", "keys"), "reuse, free", after=_batch_got,
          reiterable=("keys",)),
@@ -259,7 +223,8 @@ def instrument_local_cpu_backend(backend: Any, rec: Recorder, *, block_tokens: i
         block_tokens: tokens per chunk (LMCache ``chunk_size``).
         block_bytes: bytes per full chunk (``backend.get_full_chunk_size_bytes()``).
         capacity_blocks: chunks the CPU buffer holds; default: the allocator's buffer
-            bytes (or ``max_local_cpu_size``) divided by ``block_bytes``.
+            bytes (or ``max_local_cpu_size``) divided by ``block_bytes`` rounded up to
+            the allocator's alignment (4 KiB in LMCache 0.5.6).
         tier: the tier name.
 
     Returns:
@@ -307,10 +272,13 @@ def _capacity(backend: Any, block_bytes: int) -> int:
     if isinstance(block_bytes, bool) or not isinstance(block_bytes, int) or block_bytes <= 0:
         raise ConfigError(f"lmcache: block_bytes must be a positive integer, got "
                           f"{block_bytes!r}: pass backend.get_full_chunk_size_bytes()")
-    buffer = getattr(_buffer_allocator(backend), "buffer", None)
+    allocator = _buffer_allocator(backend)
+    buffer = getattr(allocator, "buffer", None)
     total = buffer.numel() * buffer.element_size() if buffer is not None else \
         int(float(getattr(backend.config, "max_local_cpu_size", 0)) * 1024**3)
-    return int(total // block_bytes)
+    aligned = getattr(getattr(allocator, "address_manager", None), "compute_aligned_size", None)
+    size = aligned(block_bytes) if callable(aligned) else block_bytes
+    return int(total // max(int(size), 1))       # each chunk takes its aligned size
 
 
 def _buffer_allocator(backend: Any) -> Any:

@@ -1,0 +1,106 @@
+"""LMCache 0.5.6: the ``LMCacheEngine`` a connector calls, and its CPU backend (host tier).
+
+**Where to call kvobs in a running server.** LMCache's vLLM connector
+(``LMCacheConnectorV1``) builds one ``LMCacheEngine`` per *worker* process
+(``LMCacheEngineBuilder.get_or_create("vllm-instance", ...)`` in the connector's
+``__init__``) and builds its storage (``StorageManager`` -> ``LocalCPUBackend``) in the
+engine's ``post_init``, which the connector's ``register_kv_caches`` runs. Lookups reach
+that engine too: the scheduler's lookup client sends each request's chunk hashes to the
+worker's lookup server, which calls ``engine.lookup(hashes=..., offsets=...,
+lookup_id=request_id, pin=True)``. So kvobs is called in the worker, on the engine, any
+time after the connector's ``__init__`` (before or after ``register_kv_caches``: the CPU
+backend is attached when ``post_init`` builds it), e.g. from a connector subclass loaded
+with vLLM's ``kv_connector_module_path``::
+
+    from lmcache.integration.vllm.utils import ENGINE_NAME        # "vllm-instance"
+    from lmcache.v1.cache_engine import LMCacheEngineBuilder
+    from vllm.distributed.kv_transfer.kv_connector.v1.lmcache_connector import (
+        LMCacheConnectorV1)
+    from kvobs.adapters.lmcache import instrument_lmcache_engine
+
+    class KvobsLMCacheConnector(LMCacheConnectorV1):
+        def register_kv_caches(self, kv_caches):
+            super().register_kv_caches(kv_caches)        # LMCache's post_init ran
+            engine = LMCacheEngineBuilder.get(ENGINE_NAME)
+            if engine is not None:                       # worker role only
+                instrument_lmcache_engine(engine, rec)   # rec: this worker's Recorder
+
+Each tensor-parallel worker has its own engine and answers every lookup: give each its
+own recorder (a ``tp_rank`` label), as LMCache's own metrics are per worker.
+
+How LMCache's calls map to the vocabulary (:mod:`kvobs.events`); one host block is one
+chunk (``chunk_size`` tokens):
+
+=================================  ====================================================
+engine call                        events
+=================================  ====================================================
+``LMCacheEngine.lookup``           one ``rec.lookup`` per call: ``len(tokens)`` or
+                                   ``sum(offsets)`` tokens (what LMCache counts), hit
+                                   tokens = its result: ``host_hit`` for the chunks the
+                                   ``LocalCPUBackend`` holds, ``disk_hit`` for the rest
+                                   (a later backend: disk, remote)
+``LMCacheEngine.post_init``        instruments the ``LocalCPUBackend`` it built
+GPU connector                      gpu->host ``transfer(chunks, bytes)`` of the chunks
+``batched_from_gpu`` (``store``)   copied (a chunk whose key is cached already is
+                                   copied too, then dropped: it lands nothing)
+GPU connector ``batched_to_gpu``   host->gpu ``transfer(chunks, bytes)`` (``retrieve``)
+stats monitor                      seconds: LMCache's ``from_gpu_time`` /
+``on_store_finished`` /            ``to_gpu_time`` around those copies (its timing;
+``on_retrieve_finished``           kvobs measures none)
+backend ``allocate`` (not None)    ``allocate(1)``; ``batched_allocate``: ``allocate(n)``
+backend ``submit_put_task``        ``free(1)`` + ``store(1, keys)``: the written chunk
+new key                            lands in the cache (in use -> cached); a known key:
+                                   nothing (LMCache keeps the old chunk; the new one is
+                                   freed when the writer drops it, below)
+allocator ``free`` of a chunk      ``free(1)`` (in use -> free): the last reference to a
+not in the cache                   chunk that never landed (or outlived its eviction)
+backend ``get_blocking`` hit       ``reuse(1, keys)`` + ``free(1, cached=True)``: a host
+(``retrieve``)                     hit, an onload; the chunk stays cached while read.
+                                   ``batched_get_non_blocking``: per chunk
+backend ``batched_contains``       nothing counted: the chunks found, read by the
+                                   engine's ``lookup`` hook (host / disk split)
+backend ``remove`` that removed    ``evict(1, reason, keys)``: ``capacity`` inside
+                                   ``allocate`` (LRU, ``force=False``), ``explicit``
+                                   otherwise, ``reset`` inside ``clear``; a chunk a
+                                   reader still holds stays allocated: ``allocate(1)``,
+                                   freed by the reader's last drop
+cached chunk freed directly        ``evict(1, "capacity")`` (``batched_allocate`` on a
+                                   ``MixedMemoryAllocator`` pops the hot cache itself)
+=================================  ====================================================
+
+Occupancy is read from the backend at collection (cached = its ``hot_cache``, in use =
+the other live allocations of its CPU buffer); capacity = the buffer's bytes over the
+chunk's aligned size. A kvobs failure inside any of these calls is counted
+(``kvobs_instrumentation_errors_total{component="lmcache.engine"|...}``) and the engine
+call goes on; an LMCache version whose objects differ is left alone with one warning
+naming what is missing (a connector or backend of another kind likewise, the rest still
+counts). Not covered: ``enable_async_loading`` (lookups go through
+``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too) and the
+layerwise connector's transfers (moved later by a generator).
+
+Supported: LMCache 0.5.6 (``lmcache.v1``), the engine on CPU or GPU.
+"""
+
+from kvobs.adapters.lmcache.backend import (
+    ALLOCATOR_COMPONENT,
+    ALLOCATOR_SPEC,
+    COMPONENT,
+    SPEC,
+    LMCacheInstrumentation,
+    instrument_local_cpu_backend,
+)
+from kvobs.adapters.lmcache.engine import (
+    LMCacheEngineInstrumentation,
+    instrument_lmcache_engine,
+)
+
+__all__ = [
+    "ALLOCATOR_COMPONENT",
+    "ALLOCATOR_SPEC",
+    "COMPONENT",
+    "SPEC",
+    "LMCacheEngineInstrumentation",
+    "LMCacheInstrumentation",
+    "instrument_lmcache_engine",
+    "instrument_local_cpu_backend",
+]

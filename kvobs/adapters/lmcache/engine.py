@@ -1,0 +1,251 @@
+"""LMCache 0.5.6 ``LMCacheEngine`` -> lookups, the host tier and its transfers.
+
+What a connector calls is the engine: ``lookup`` (one per request, from the scheduler's
+lookup client), ``retrieve``, ``lookup_unpin``, ``store``, ``clear``. kvobs wraps:
+
+* the engine's ``lookup``: one ``rec.lookup`` per call, of the tokens LMCache counts
+  (``len(tokens)``, or ``sum(offsets)`` when the lookup client sends chunk hashes) with
+  the hit tokens LMCache returns: those found in the ``LocalCPUBackend`` (the first
+  backend LMCache probes) as ``host_hit``, the rest of the prefix (any later backend:
+  local disk, remote) as ``disk_hit``. A lookup of an unhealthy engine (LMCache answers
+  0 without counting it) is not counted either;
+* the engine's ``post_init``, where LMCache builds its ``StorageManager``: the
+  ``LocalCPUBackend`` is instrumented there (:mod:`kvobs.adapters.lmcache.backend`), or
+  at once if the engine is already post-initialised;
+* the engine's GPU connector: ``batched_from_gpu`` is a gpu->host transfer of the chunks
+  a ``store`` copies, ``batched_to_gpu`` a host->gpu transfer of the chunks a
+  ``retrieve`` loads, with their ``MemoryObj`` bytes;
+* the stats monitor's ``on_store_finished`` / ``on_retrieve_finished``: their seconds are
+  LMCache's own ``from_gpu_time`` / ``to_gpu_time`` (its timing around the connector
+  call; kvobs times nothing itself).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kvobs.adapters._hooks import (
+    MARKER,
+    AdapterError,
+    AdapterSpec,
+    Hook,
+    Instrumentation,
+    instrument,
+    warn_once,
+)
+from kvobs.adapters.lmcache.backend import LMCacheInstrumentation, instrument_local_cpu_backend
+from kvobs.recorder import Recorder
+from kvobs.tiers import GPU, HOST
+
+COMPONENT = "lmcache.engine"
+CONNECTOR_COMPONENT = "lmcache.gpu_connector"
+MONITOR_COMPONENT = "lmcache.stats_monitor"
+
+
+class LMCacheEngineInstrumentation(Instrumentation):
+    """Wrappers on one ``LMCacheEngine``, its GPU connector and the stats monitor.
+
+    Attributes:
+        backend: the ``LocalCPUBackend``'s instrumentation, once LMCache built it.
+        tier_name: the tier the backend counts as.
+        capacity_blocks: the capacity passed on to the backend's tier (None: read it).
+    """
+
+    def __init__(self, engine: Any, rec: Recorder, active: bool, tier_name: str,
+                 capacity_blocks: int | None) -> None:
+        super().__init__(engine, COMPONENT, active, rec)
+        self.tier_name = tier_name
+        self.capacity_blocks = capacity_blocks
+        self.backend: LMCacheInstrumentation | None = None
+        self.chunk_tokens = int(engine.config.chunk_size) if active else 0
+        # a layerwise lookup asks for one key per layer of each chunk
+        self.keys_per_chunk = int(engine.num_layers) if active and engine.use_layerwise else 1
+
+    def attach_backend(self) -> None:
+        """Instrument the engine's ``LocalCPUBackend`` (once it exists)."""
+        manager = self.target.storage_manager
+        if self.backend is not None or manager is None:
+            return
+        backend = getattr(manager, "local_cpu_backend", None)
+        if backend is None:
+            warn_once(f"{COMPONENT}:no_local_cpu_backend", "kvobs_adapter_partial",
+                      component=COMPONENT, missing="StorageManager.local_cpu_backend",
+                      action="lookups and transfers counted, no host tier")
+            return
+        self.backend = instrument_local_cpu_backend(
+            backend, self.rec, block_tokens=self.chunk_tokens,
+            block_bytes=backend.get_full_chunk_size_bytes(),
+            capacity_blocks=self.capacity_blocks, tier=self.tier_name)
+        self.on_unwrap(self.backend.unwrap)
+
+
+# --- readers of the engine ------------------------------------------------------------
+
+def _looking_up(inst: LMCacheEngineInstrumentation, tokens: Any = None, hashes: Any = None,
+                offsets: Any = None, *args: Any, **kwargs: Any) -> int | None:
+    if not inst.target.is_healthy():      # LMCache answers 0 and counts nothing
+        return None
+    backend = inst.backend
+    if backend is not None:
+        backend.found = 0
+        backend.probing = threading.get_ident()
+    return len(tokens) if tokens is not None else sum(offsets)
+
+
+def _looked_up(inst: LMCacheEngineInstrumentation, tokens: int | None, hit: int,
+               *args: Any, **kwargs: Any) -> None:
+    if tokens is None:
+        return
+    backend = inst.backend
+    host = hit
+    if backend is not None:               # the backends' hits form the prefix in order
+        backend.probing = None
+        host = min(hit, backend.found // inst.keys_per_chunk * inst.chunk_tokens)
+    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host)
+
+
+def _optional(target: Any, spec: AdapterSpec,
+              make: Callable[[bool], Instrumentation]) -> list[Instrumentation]:
+    """``[instrument(target, spec, make)]``, or ``[]`` with one warning when ``target``
+    is not of a kind kvobs knows (a custom GPU connector): the rest still counts."""
+    try:
+        return [instrument(target, spec, make)]
+    except AdapterError as exc:
+        warn_once(f"{spec.component}:{type(target).__qualname__}", "kvobs_adapter_partial",
+                  component=spec.component, problem=str(exc), action="not counted")
+        return []
+
+
+def _post_inited(inst: LMCacheEngineInstrumentation, state: None, result: Any,
+                 *args: Any, **kwargs: Any) -> None:
+    inst.attach_backend()
+
+
+SPEC = AdapterSpec(COMPONENT, ("LMCacheEngine",), (
+    Hook("lookup", ("tokens", "hashes", "offsets"), "lookup", before=_looking_up,
+         after=_looked_up),
+    Hook("post_init", (), "track", after=_post_inited),
+), state=("config.chunk_size", "storage_manager", "gpu_connector", "stats_monitor",
+          "use_layerwise", "num_layers", "is_healthy"))
+
+
+# --- readers of the GPU connector (the copies) -------------------------------------------
+
+class _LinkInstrumentation(Instrumentation):
+    """Wrappers whose events go to the engine's transfer links."""
+
+    def __init__(self, target: Any, component: str, active: bool, rec: Recorder,
+                 tier_name: str) -> None:
+        super().__init__(target, component, active, rec)
+        self.offload = rec.link(GPU, tier_name)
+        self.onload = rec.link(tier_name, GPU)
+
+
+def _chunks(memory_objs: Any) -> tuple[int, int]:
+    """``(chunks, bytes)`` of a flat list of ``MemoryObj`` (layerwise lists of lists are
+    moved by a generator later: not counted)."""
+    if not memory_objs or isinstance(memory_objs[0], (list, tuple)):
+        return 0, 0
+    return len(memory_objs), sum(obj.get_size() for obj in memory_objs)
+
+
+def _copied_from_gpu(inst: _LinkInstrumentation, state: None, result: Any, memory_objs: Any,
+                     *args: Any, **kwargs: Any) -> None:
+    chunks, nbytes = _chunks(memory_objs)
+    if chunks:
+        inst.offload.transfer(chunks, nbytes)
+
+
+def _copied_to_gpu(inst: _LinkInstrumentation, state: None, result: Any,
+                   memory_objs: Any = None, *args: Any, **kwargs: Any) -> None:
+    chunks, nbytes = _chunks(memory_objs)
+    if chunks:
+        inst.onload.transfer(chunks, nbytes)
+
+
+CONNECTOR_SPEC = AdapterSpec(CONNECTOR_COMPONENT, ("GPUConnectorInterface",), (
+    Hook("batched_from_gpu", ("memory_objs", "starts", "ends"), "transfer",
+         after=_copied_from_gpu),
+    Hook("batched_to_gpu", ("memory_objs", "starts", "ends"), "transfer",
+         after=_copied_to_gpu),
+))
+
+
+# --- readers of the stats monitor (LMCache's own timings) --------------------------------
+
+def _store_timed(inst: _LinkInstrumentation, state: None, result: Any, store_stats: Any,
+                 *args: Any, **kwargs: Any) -> None:
+    seconds = store_stats.from_gpu_time
+    if seconds:
+        inst.offload.timed(seconds)
+
+
+def _retrieve_timed(inst: _LinkInstrumentation, state: None, result: Any,
+                    retrieve_stats: Any, *args: Any, **kwargs: Any) -> None:
+    seconds = retrieve_stats.to_gpu_time
+    if seconds:
+        inst.onload.timed(seconds)
+
+
+#: LMCache's ``@thread_safe`` hides these methods' parameters (``*args, **kwargs``):
+#: nothing to check there; the stats objects they receive are checked by their use.
+MONITOR_SPEC = AdapterSpec(MONITOR_COMPONENT, ("LMCStatsMonitor",), (
+    Hook("on_store_finished", (), "transfer", after=_store_timed),
+    Hook("on_retrieve_finished", (), "transfer", after=_retrieve_timed),
+), state=("store_requests", "retrieve_requests"))
+
+
+def instrument_lmcache_engine(engine: Any, rec: Recorder, *, tier: str = HOST,
+                              capacity_blocks: int | None = None
+                              ) -> LMCacheEngineInstrumentation:
+    """Count an LMCache ``LMCacheEngine``: lookups, its CPU backend as tier ``tier``,
+    the copies of its GPU connector and their LMCache-measured seconds.
+
+    Call it once the engine exists (``LMCacheEngineBuilder.get_or_create``); its CPU
+    backend is instrumented when LMCache's ``post_init`` builds it (at once if it has).
+
+    Args:
+        engine: the ``LMCacheEngine`` (``LMCacheEngineBuilder.get("vllm-instance")`` in
+            a vLLM worker).
+        rec: the recorder.
+        tier: the tier name of the ``LocalCPUBackend``.
+        capacity_blocks: chunks the CPU buffer holds; default: read from its allocator.
+
+    Returns:
+        The instrumentation; ``unwrap()`` restores the engine, its connector, the stats
+        monitor and the backend. Inactive (nothing wrapped, one warning naming what
+        differs) for an engine version whose methods or state differ; a connector or
+        backend of an unknown kind is left alone the same way.
+
+    Raises:
+        AdapterError: not an LMCacheEngine, or it is already instrumented.
+
+    Example:
+        >>> engine = LMCacheEngineBuilder.get("vllm-instance")            # doctest: +SKIP
+        >>> inst = instrument_lmcache_engine(engine, rec)                  # doctest: +SKIP
+        >>> rec.snapshot().lookups.lookups                                 # doctest: +SKIP
+        0
+    """
+    inst = instrument(engine, SPEC, lambda active: LMCacheEngineInstrumentation(
+        engine, rec, active, tier, capacity_blocks))
+    if not inst.active:
+        return inst
+    links: list[Instrumentation] = []
+    connector = engine.gpu_connector
+    if connector is not None:             # None in a scheduler-side engine
+        links += _optional(connector, CONNECTOR_SPEC, lambda active: _LinkInstrumentation(
+            connector, CONNECTOR_COMPONENT, active, rec, tier))
+    monitor = engine.stats_monitor         # one per process: with two engines, the
+    if getattr(monitor, MARKER, None) is None:    # first one's links get the seconds
+        links += _optional(monitor, MONITOR_SPEC, lambda active: _LinkInstrumentation(
+            monitor, MONITOR_COMPONENT, active, rec, tier))
+    for link in links:
+        inst.on_unwrap(link.unwrap)
+    try:
+        inst.attach_backend()
+    except Exception:
+        inst.unwrap()
+        raise
+    return inst

@@ -1,0 +1,262 @@
+"""A real LMCache 0.5.6 ``LMCacheEngine`` on CPU, driven per request as LMCache's vLLM
+connector (``lmcache/integration/vllm/vllm_v1_adapter.py``) drives it.
+
+Everything is LMCache's own except two things a vLLM process would provide:
+
+* :class:`PagedCopyStandIn`, a stand-in for the GPU connector's byte copy (LMCache's
+  vLLM connectors copy with CUDA kernels): it copies bytes between a CPU "paged KV"
+  tensor (``[K/V, layer, slot, head, dim]``, vLLM's slots = block * block size + offset)
+  and LMCache's memory objects, in LMCache's ``KV_2LTD`` layout. Every bookkeeping step
+  (chunking, keys, allocation, eviction, pins, stats) stays LMCache's.
+* :class:`ConnectorDriver`, the connector's calls per request, in its order and with its
+  arguments: the scheduler's ``get_num_new_matched_tokens`` (LMCache's own lookup client,
+  which sends chunk hashes to ``engine.lookup(hashes, offsets, lookup_id, pin=True)`` as
+  the worker's lookup server does), ``start_load_kv`` (masked ``retrieve``, then
+  ``lookup_unpin``), ``wait_for_save`` (``lookup_unpin``, masked ``store``). vLLM's own
+  prefix cache is a one-request GPU cache: a request reuses the full blocks it shares
+  with the request before it, which is what makes the connector's masks non-trivial.
+
+The truth is LMCache's: its Prometheus series (``lmcache:*``, fed by its
+``LMCStatsMonitor``), its KV events, the data in the paged tensor after a retrieve, and
+the number of chunks its backend holds when it first evicts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from lmcache.v1.cache_engine import LMCacheEngine, LMCacheEngineBuilder
+from lmcache.v1.config import LMCacheEngineConfig
+from lmcache.v1.gpu_connector import GPUConnectorInterface
+from lmcache.v1.lookup_client.lmcache_lookup_client_bypass import LMCacheBypassLookupClient
+from lmcache.v1.metadata import LMCacheMetadata
+
+CHUNK = 16                  # LMCache chunk_size and vLLM block_size
+LAYERS, HEADS, DIM = 2, 2, 16
+TOKEN_BYTES = 2 * LAYERS * HEADS * DIM * 2           # K and V, fp16
+CHUNK_BYTES = CHUNK * TOKEN_BYTES                    # 4096: LMCache's 4 KiB alignment
+HOST_CHUNKS = 24                                     # the CPU backend's buffer
+GPU_BLOCKS = 64                                      # two regions of 32 blocks
+INSTANCE = "vllm-instance"
+
+
+class PagedCopyStandIn(GPUConnectorInterface):
+    """Stand-in for the GPU connector's byte copy (not LMCache's code): copies between a
+    CPU paged KV tensor (``kvcaches``) and memory objects, per chunk, by slot mapping."""
+
+    def __init__(self) -> None:
+        self.kvcaches: Any = None
+
+    def get_shape(self, num_tokens: int) -> torch.Size:
+        return torch.Size([2, LAYERS, num_tokens, HEADS * DIM])
+
+    def to_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
+        self.batched_to_gpu([memory_obj], [start], [end], **kwargs)
+
+    def from_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
+        self.batched_from_gpu([memory_obj], [start], [end], **kwargs)
+
+    def batched_from_gpu(self, memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> None:
+        paged, slots = kwargs["kvcaches"], kwargs["slot_mapping"]
+        for obj, start, end in zip(memory_objs, starts, ends, strict=True):
+            obj.tensor.copy_(paged[:, :, slots[start:end]].reshape(2, LAYERS, end - start,
+                                                                   HEADS * DIM))
+
+    def batched_to_gpu(self, memory_objs: Any = None, starts: Any = None, ends: Any = None,
+                       **kwargs: Any) -> None:
+        paged, slots = kwargs["kvcaches"], kwargs["slot_mapping"]
+        for obj, start, end in zip(memory_objs, starts, ends, strict=True):
+            paged[:, :, slots[start:end]] = obj.tensor.reshape(2, LAYERS, end - start, HEADS,
+                                                               DIM)
+
+
+def build_engine(host_chunks: int = HOST_CHUNKS, instance: str = INSTANCE) -> LMCacheEngine:
+    """An engine as the connector's worker builds it (``get_or_create``), post-initialised
+    later by :func:`post_init` (the connector's ``register_kv_caches``)."""
+    config = LMCacheEngineConfig.from_defaults(
+        chunk_size=CHUNK, local_cpu=True, max_local_cpu_size=host_chunks * CHUNK_BYTES / 1024**3,
+        save_unfull_chunk=False, enable_kv_events=True)
+    metadata = LMCacheMetadata(model_name="tiny-llama", world_size=1, local_world_size=1,
+                               worker_id=0, local_worker_id=0, kv_dtype=torch.float16,
+                               kv_shape=(LAYERS, 2, CHUNK, HEADS, DIM), role="worker",
+                               chunk_size=CHUNK)
+    engine = LMCacheEngineBuilder.get_or_create(instance, config, metadata, PagedCopyStandIn(),
+                                                lambda tensor, src: tensor,
+                                                lambda obj, src: obj)
+    # LMCache's stats thread folds the monitor into its Prometheus series every 10 s;
+    # the tests fold it once at the end (LMCacheTruth.read), so no interval is lost
+    LMCacheEngineBuilder._stat_loggers[instance].shutdown()
+    return engine
+
+
+def destroy(instance: str = INSTANCE) -> None:
+    LMCacheEngineBuilder.destroy(instance)
+
+
+# --- LMCache's own account -------------------------------------------------------------
+
+COUNTERS = {  # name in these tests -> LMCache's Prometheus series
+    "lookup_requests": "lmcache:num_lookup_requests_total",
+    "lookup_tokens": "lmcache:num_lookup_tokens_total",
+    "lookup_hits": "lmcache:num_lookup_hits_total",
+    "retrieve_requests": "lmcache:num_retrieve_requests_total",
+    "requested_tokens": "lmcache:num_requested_tokens_total",
+    "hit_tokens": "lmcache:num_hit_tokens_total",
+    "store_requests": "lmcache:num_store_requests_total",
+    "stored_tokens": "lmcache:num_stored_tokens_total",
+    "evict_keys": "lmcache:local_cpu_evict_keys_count_total",
+    "store_from_gpu_s": "lmcache:store_from_gpu_time_sum",
+    "retrieve_to_gpu_s": "lmcache:retrieve_to_gpu_time_sum",
+}
+GAUGES = {
+    "local_cache_usage": "lmcache:local_cache_usage",
+    "active_memory_objs": "lmcache:active_memory_objs_count",
+    "hot_cache_count": "lmcache:local_cpu_hot_cache_count",
+}
+
+
+def lmcache_metrics(engine: LMCacheEngine, instance: str = INSTANCE) -> dict[str, float]:
+    """LMCache's ``lmcache:*`` series of this engine, as its ``/metrics`` would show them
+    after its stats thread's next fold (done here: ``get_stats_and_clear`` ->
+    ``log_prometheus``)."""
+    stat_logger = LMCacheEngineBuilder._stat_loggers[instance]
+    prom = stat_logger.prometheus_logger
+    prom.log_prometheus(engine.stats_monitor.get_stats_and_clear())
+    labels = {k: str(v) for k, v in prom.labels.items()}
+    wanted = {**{v: k for k, v in COUNTERS.items()}, **{v: k for k, v in GAUGES.items()}}
+    values = dict.fromkeys([*COUNTERS, *GAUGES], 0.0)
+    from prometheus_client import REGISTRY
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            if sample.name in wanted and all(sample.labels.get(k) == v
+                                             for k, v in labels.items()):
+                values[wanted[sample.name]] += sample.value
+    return values
+
+
+# --- the connector's calls per request ---------------------------------------------------
+
+def kv_value(token: int, position: int) -> float:
+    """What the model writes for a token at a position (the same prefix gives the same KV,
+    so a retrieved chunk can be checked against a recompute)."""
+    return float((token * 31 + position * 7) % 997) / 16.0
+
+
+@dataclass
+class RequestOutcome:
+    req_id: str
+    prompt_tokens: int
+    vllm_cached: int           # vLLM's own GPU prefix hit
+    lmcache_hit: int           # what LMCache's lookup returned
+    retrieved: int             # tokens ``retrieve`` marked
+    stored_from: int           # first token ``store`` wrote (its mask's False prefix)
+    stored_to: int             # tokens handed to ``store``
+
+
+@dataclass
+class ConnectorDriver:
+    """LMCache's vLLM connector, scheduler and worker in one process, one step per
+    request (a full prefill), for a real engine and a CPU paged KV tensor."""
+
+    engine: LMCacheEngine
+    paged: torch.Tensor = field(default_factory=lambda: torch.zeros(
+        2, LAYERS, GPU_BLOCKS * CHUNK, HEADS, DIM, dtype=torch.float16))
+    served: int = 0
+    _gpu_cached: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+    onloads_checked: int = 0
+
+    def __post_init__(self) -> None:
+        self.lookup_client = LMCacheBypassLookupClient(self.engine.config, self.engine.metadata,
+                                                       self.engine)
+
+    def serve(self, prompt: list[int]) -> RequestOutcome:
+        req_id = f"req-{self.served}"
+        region = self.served % 2 * (GPU_BLOCKS // 2)
+        self.served += 1
+        # vLLM's prefix cache: full blocks shared with the request before (never the
+        # whole prompt: vLLM recomputes the last token)
+        prev_tokens, prev_blocks = self._gpu_cached
+        shared = 0
+        while (shared + 1) * CHUNK <= min(len(prev_tokens), len(prompt) - 1) and \
+                prompt[shared * CHUNK:(shared + 1) * CHUNK] == \
+                prev_tokens[shared * CHUNK:(shared + 1) * CHUNK]:
+            shared += 1
+        vllm_cached = shared * CHUNK
+        blocks = prev_blocks[:shared] + [region + i for i in range(
+            -(-len(prompt) // CHUNK) - shared)]
+        slots = (torch.tensor(blocks).reshape(-1, 1) * CHUNK + torch.arange(CHUNK)).flatten()
+        slot_mapping = slots[:len(prompt)].to(torch.long)
+
+        # scheduler: get_num_new_matched_tokens / update_state_after_alloc
+        hit = self.lookup_client.lookup(prompt, lookup_id=req_id, request_configs=None)
+        need = hit - vllm_cached - (1 if hit == len(prompt) else 0)
+        can_load = need > 0
+
+        # worker: start_load_kv (synchronous, not layerwise)
+        retrieved = 0
+        if can_load:
+            token_mask = torch.ones(len(prompt), dtype=torch.bool)
+            token_mask[:vllm_cached // CHUNK * CHUNK] = False
+            ret = self.engine.retrieve(prompt[:hit], token_mask[:hit], kvcaches=self.paged,
+                                       slot_mapping=slot_mapping[:hit],
+                                       vllm_cached_tokens=vllm_cached, request_configs=None,
+                                       req_id=req_id)
+            self.engine.lookup_unpin(req_id)
+            retrieved = int(ret.sum().item())
+            self._check_loaded(prompt, slot_mapping, vllm_cached // CHUNK * CHUNK, hit)
+        # the forward pass computes the rest
+        computed_from = max(vllm_cached, hit if can_load else 0)
+        self._compute(prompt, slot_mapping, computed_from)
+
+        # worker: wait_for_save (ReqMeta.from_request_tracker, discard_partial_chunks)
+        self.engine.lookup_unpin(req_id)
+        skip_leading = hit
+        stored_from = stored_to = 0
+        boundary = -(-(skip_leading + 1) // CHUNK) * CHUNK
+        skip_save = skip_leading > 0 and len(prompt) < boundary
+        to_save = len(prompt) // CHUNK * CHUNK
+        if not skip_save and skip_leading != to_save:
+            skip_leading = skip_leading // CHUNK * CHUNK
+            store_mask = torch.ones(to_save, dtype=torch.bool)
+            store_mask[:skip_leading] = False
+            self.engine.store(prompt[:to_save], mask=store_mask, kvcaches=self.paged,
+                              slot_mapping=slot_mapping[:to_save], offset=skip_leading,
+                              transfer_spec=None, request_configs=None, req_id=req_id)
+            stored_from, stored_to = skip_leading, to_save
+        self._gpu_cached = (list(prompt), blocks)
+        return RequestOutcome(req_id, len(prompt), vllm_cached, hit, retrieved, stored_from,
+                              stored_to)
+
+    def _compute(self, prompt: list[int], slots: torch.Tensor, start: int) -> None:
+        for pos in range(start, len(prompt)):
+            self.paged[:, :, slots[pos]] = kv_value(prompt[pos], pos)
+
+    def _check_loaded(self, prompt: list[int], slots: torch.Tensor, start: int, end: int) -> None:
+        """The data truth: what ``retrieve`` put in the paged tensor is what a recompute
+        of those tokens writes."""
+        for pos in range(start, end):
+            got = self.paged[:, :, slots[pos]]
+            assert torch.all(got == kv_value(prompt[pos], pos)), f"token {pos} loaded wrong KV"
+        self.onloads_checked += end - start
+
+
+def chats(seed: int = 7) -> Iterator[list[int]]:
+    """Four multi-turn chats sharing a 48-token system prompt, interleaved, plus fully new
+    one-off requests: 16 requests, prefix hits, and more chunks than the CPU backend holds."""
+    rng = random.Random(seed)
+    system = [rng.randrange(1, 500) for _ in range(3 * CHUNK)]
+    histories = {name: list(system) for name in "ABCD"}
+    order = ["A", "B", "new", "A", "C", "B", "new", "D", "A", "C", "new", "B", "D", "C",
+             "new", "A"]
+    for who in order:
+        if who == "new":
+            yield [rng.randrange(500, 1000) for _ in range(rng.randrange(40, 90))]
+            continue
+        history = histories[who]
+        history += [rng.randrange(1, 500) for _ in range(rng.randrange(18, 40))]  # user turn
+        yield list(history)
+        history += [rng.randrange(1, 500) for _ in range(rng.randrange(8, 20))]   # answer

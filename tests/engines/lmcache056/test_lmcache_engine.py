@@ -1,0 +1,258 @@
+"""A real LMCache 0.5.6 ``LMCacheEngine`` driven per request as its vLLM connector drives
+it: every kvobs series equals LMCache's own figure.
+
+One run of 16 requests (four multi-turn chats sharing a system prompt, one-off prompts)
+through LMCache's lookup client, ``retrieve``, ``lookup_unpin`` and masked ``store``, on a
+CPU backend of 24 chunks that evicts (LRU) during the run, then ``clear()``. kvobs is
+attached the way a server attaches it: to the engine right after the connector built it,
+before ``post_init`` builds the CPU backend. The truth is LMCache's (``lmcache:*`` series
+from its ``LMCStatsMonitor``, its KV events, its backend's chunk budget) and the data a
+retrieve put in the paged KV tensor; never kvobs's formula over the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import structlog.testing
+from lmcache_objects import (
+    CHUNK,
+    CHUNK_BYTES,
+    COUNTERS,
+    HOST_CHUNKS,
+    TOKEN_BYTES,
+    ConnectorDriver,
+    build_engine,
+    chats,
+    destroy,
+    lmcache_metrics,
+)
+
+from kvobs.adapters import AdapterError
+from kvobs.adapters._hooks import MARKER
+from kvobs.adapters.lmcache import engine as engine_adapter
+from kvobs.adapters.lmcache import instrument_lmcache_engine
+from kvobs.recorder import Recorder
+from kvobs.testing import Conformance
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """Counters since ``before``; gauges as they are now (LMCache's series are process-wide
+    and outlive an engine)."""
+    return {k: after[k] - before[k] if k in COUNTERS else after[k] for k in after}
+
+
+@dataclasses.dataclass
+class Run:
+    rec: object
+    inst: object
+    outcomes: list
+    lmcache: dict            # LMCache's series over the run, before clear()
+    kv_events: int           # LMCache's KV events (one per chunk ``store`` copied)
+    capacity_truth: int      # chunks LMCache held after its first eviction
+    chunk_budget: int        # LMCache's own chunk budget of the backend
+    steps: int
+    onloads_checked: int
+    cleared_tokens: int      # what LMCache's clear() says it removed
+    after_clear: dict
+
+
+@pytest.fixture(scope="module")
+def run():
+    engine = build_engine()
+    rec = Recorder(engine="lmcache", model="tiny-llama")
+    inst = instrument_lmcache_engine(engine, rec)   # after the connector's __init__
+    assert inst.active and inst.backend is None     # no storage yet
+    engine.post_init()                               # the connector's register_kv_caches
+    assert inst.backend is not None and inst.backend.active
+    start = lmcache_metrics(engine)
+
+    def truth():
+        now = delta(lmcache_metrics(engine), start)
+        cached = int(now["hot_cache_count"])
+        return {"host": (int(now["active_memory_objs"]) - cached, cached)}
+
+    kit = Conformance(rec, truth=truth)
+    driver = ConnectorDriver(engine)
+    outcomes, events, capacity_truth = [], 0, 0
+    for prompt in chats():
+        outcomes.append(driver.serve(prompt))
+        kit.check(outcomes[-1].req_id)
+        events += len(list(engine.get_kv_events()))
+        now = delta(lmcache_metrics(engine), start)
+        if not capacity_truth and now["evict_keys"]:
+            capacity_truth = int(now["active_memory_objs"])
+            # the buffer was full: what LMCache holds is what it can hold
+            assert now["local_cache_usage"] == capacity_truth * CHUNK_BYTES
+    lmcache = delta(lmcache_metrics(engine), start)
+    before_clear = rec.snapshot()
+    cleared = engine.clear()
+    after_clear = delta(lmcache_metrics(engine), start)
+    kit.check("clear")
+    yield Run(rec, inst, outcomes, lmcache, events, capacity_truth,
+              engine.storage_manager.local_cpu_backend.calculate_chunk_budget(), kit.steps,
+              driver.onloads_checked, cleared, after_clear)
+    assert before_clear is not None
+    inst.unwrap()
+    destroy()
+
+
+def test_the_workload_is_what_it_claims(run):
+    hits = [o for o in run.outcomes if o.lmcache_hit]
+    fresh = [o for o in run.outcomes if not o.lmcache_hit]
+    assert len(run.outcomes) == 16
+    assert len(hits) >= 6 and len(fresh) >= 4          # prefix hits and new requests
+    assert any(o.vllm_cached for o in run.outcomes)     # masked retrieves (vLLM's own hit)
+    assert any(o.stored_from for o in run.outcomes)     # masked stores
+    assert run.lmcache["evict_keys"] > 0                # LRU evicted during the run
+    assert run.onloads_checked > 0                      # the data a retrieve loaded is right
+
+
+def test_lookups_are_one_per_request_with_lmcaches_tokens_and_hits(run):
+    lookups, lm = run.rec.snapshot().lookups, run.lmcache
+    assert lookups.lookups == lm["lookup_requests"] == len(run.outcomes)
+    # LMCache's lookup client sends whole chunks only (save_unfull_chunk=False): a
+    # prompt's partial last chunk is not looked up, by LMCache nor kvobs
+    assert lookups.tokens == lm["lookup_tokens"] == sum(o.prompt_tokens // CHUNK * CHUNK
+                                                        for o in run.outcomes)
+    assert lookups.host_hit == lm["lookup_hits"] == sum(o.lmcache_hit for o in run.outcomes)
+    assert lookups.disk_hit == lookups.gpu_hit == 0     # one backend: every hit is host
+    assert lookups.host_hit / lookups.tokens == pytest.approx(
+        lm["lookup_hits"] / lm["lookup_tokens"], abs=0)
+    print(f"\nlookups kvobs {lookups.lookups} lmcache {lm['lookup_requests']:.0f}; tokens "
+          f"{lookups.tokens} / {lm['lookup_tokens']:.0f}; hits {lookups.host_hit} / "
+          f"{lm['lookup_hits']:.0f}; hit ratio {lookups.host_hit / lookups.tokens:.3f} / "
+          f"{lm['lookup_hits'] / lm['lookup_tokens']:.3f}")
+
+
+def test_retrievals_are_host_hits_onloaded_as_lmcache_counts_them(run):
+    snap, lm = run.rec.snapshot(), run.lmcache
+    host, onload = snap.tier("host"), snap.link("host", "gpu")
+    assert lm["hit_tokens"] > 0 and lm["hit_tokens"] % CHUNK == 0
+    assert host.reuses == onload.blocks == lm["hit_tokens"] // CHUNK
+    assert onload.bytes == lm["hit_tokens"] * TOKEN_BYTES
+    assert onload.operations == sum(1 for o in run.outcomes if o.retrieved)
+    assert lm["retrieve_requests"] == sum(1 for o in run.outcomes
+                                          if o.lmcache_hit - o.vllm_cached > 0)
+    assert lm["hit_tokens"] == sum(o.retrieved for o in run.outcomes)
+
+
+def test_stores_and_offloads_equal_lmcaches(run):
+    snap, lm = run.rec.snapshot(), run.lmcache
+    host, offload = snap.tier("host"), snap.link("gpu", "host")
+    assert offload.blocks == run.kv_events == lm["stored_tokens"] // CHUNK > 0
+    assert offload.bytes == lm["stored_tokens"] * TOKEN_BYTES
+    assert offload.operations == lm["store_requests"] == sum(1 for o in run.outcomes
+                                                              if o.stored_to)
+    # every chunk LMCache cached is still there, was evicted or was cleared
+    cleared_chunks = run.cleared_tokens // CHUNK
+    assert host.stores == lm["hot_cache_count"] + lm["evict_keys"] == \
+        cleared_chunks + lm["evict_keys"]
+
+
+def test_evictions_and_capacity_equal_lmcaches(run):
+    host = run.rec.snapshot().tier("host")
+    assert host.evictions["capacity"] == run.lmcache["evict_keys"] > 0
+    assert host.capacity_blocks == run.capacity_truth == run.chunk_budget == HOST_CHUNKS
+    assert host.capacity_blocks * host.block_bytes == HOST_CHUNKS * CHUNK_BYTES
+
+
+def test_occupancy_equals_lmcaches_at_every_step(run):
+    assert run.steps == len(run.outcomes) + 1            # Conformance checked each step
+    host = run.rec.snapshot().tier("host")
+    resident = host.in_use_blocks + host.cached_blocks
+    assert resident * CHUNK_BYTES == run.after_clear["local_cache_usage"]
+
+
+def test_transfer_seconds_are_lmcaches_own_timings(run):
+    snap, lm = run.rec.snapshot(), run.lmcache
+    assert snap.link("gpu", "host").seconds == pytest.approx(lm["store_from_gpu_s"], rel=1e-9)
+    assert snap.link("host", "gpu").seconds == pytest.approx(lm["retrieve_to_gpu_s"], rel=1e-9)
+    assert lm["store_from_gpu_s"] > 0 and lm["retrieve_to_gpu_s"] > 0
+
+
+def test_clear_is_a_reset_of_what_lmcache_cleared(run):
+    host = run.rec.snapshot().tier("host")
+    assert run.cleared_tokens > 0
+    assert host.evictions["reset"] * CHUNK == run.cleared_tokens
+    assert host.cached_blocks == run.after_clear["hot_cache_count"] == 0
+    assert run.rec.snapshot().errors == {}
+
+
+# --- start-up, faults, versions ---------------------------------------------------------
+
+def test_instrumenting_a_post_initialised_engine_attaches_the_backend_at_once():
+    engine = build_engine(instance="late")
+    engine.post_init()
+    rec = Recorder()
+    inst = instrument_lmcache_engine(engine, rec)
+    try:
+        assert inst.backend is not None and inst.backend.active
+        assert rec.snapshot().tier("host").capacity_blocks == HOST_CHUNKS
+        with pytest.raises(AdapterError, match="already instrumented"):
+            instrument_lmcache_engine(engine, Recorder())
+        backend = engine.storage_manager.local_cpu_backend
+        inst.unwrap()
+        # (LMCache's stats monitor is process-wide: whoever instrumented it first, here
+        # the module's run, keeps it)
+        assert getattr(engine.stats_monitor, MARKER) is not inst
+        for obj in (engine, backend, backend.memory_allocator, engine.gpu_connector):
+            assert not any(name in vars(obj) for name in (
+                "lookup", "post_init", "allocate", "free", "batched_from_gpu",
+                MARKER)), f"{type(obj).__name__} still wrapped"
+    finally:
+        inst.unwrap()
+        destroy("late")
+
+
+def test_kvobs_failure_inside_lookup_is_counted_and_lmcache_goes_on(monkeypatch):
+    def broken(inst, tokens, hit, *args, **kwargs):
+        raise RuntimeError("kvobs reader broken")
+
+    hooks = tuple(dataclasses.replace(h, after=broken) if h.method == "lookup" else h
+                  for h in engine_adapter.SPEC.hooks)
+    monkeypatch.setattr(engine_adapter, "SPEC", dataclasses.replace(engine_adapter.SPEC,
+                                                                    hooks=hooks))
+    engine = build_engine(instance="broken")
+    engine.post_init()
+    rec = Recorder()
+    inst = instrument_lmcache_engine(engine, rec)
+    try:
+        before = lmcache_metrics(engine, "broken")
+        driver = ConnectorDriver(engine)
+        prompt, other = list(range(1, 84)), list(range(500, 540))
+        first, _, again = driver.serve(prompt), driver.serve(other), driver.serve(prompt)
+        assert first.lmcache_hit == 0 and again.lmcache_hit == len(prompt) // CHUNK * CHUNK
+        assert again.retrieved == again.lmcache_hit     # LMCache served the hit
+        lm = delta(lmcache_metrics(engine, "broken"), before)
+        assert lm["lookup_requests"] == 3
+        assert rec.snapshot().errors == {"lmcache.engine": 3}
+        assert rec.snapshot().lookups.lookups == 0       # the failed reads count nothing
+        assert rec.snapshot().tier("host").stores == lm["stored_tokens"] // CHUNK
+    finally:
+        inst.unwrap()
+        destroy("broken")
+
+
+def test_an_engine_of_another_version_is_left_alone_with_one_warning():
+    class LMCacheEngine:  # kvobs matches engines by class name
+        """An engine whose lookup takes other arguments (a future LMCache)."""
+
+        def lookup(self, token_ids, lookup_id=None):
+            return 0
+
+        def post_init(self):
+            return None
+
+    with structlog.testing.capture_logs() as logs:
+        engines = [LMCacheEngine(), LMCacheEngine()]
+        insts = [instrument_lmcache_engine(e, Recorder()) for e in engines]
+    assert not any(i.active for i in insts)
+    assert all("lookup" not in vars(e) for e in engines)
+    warnings = [e for e in logs if e["event"] == "kvobs_adapter_unsupported_version"]
+    assert len(warnings) == 1
+    problems = " ".join(warnings[0]["problems"])
+    assert "lookup(token_ids, lookup_id) does not start with (tokens, hashes, offsets)" in \
+        problems
+    assert "config.chunk_size is missing" in problems
