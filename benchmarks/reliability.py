@@ -214,7 +214,6 @@ def scrape_load(seconds: float, scrapers: int, phase_s: float, interval_s: float
 def engines_endpoint(engines: int = 8) -> Iterator[str]:
     """``engines`` recorders x 3 tiers, every series on one /metrics (see test_load.py)."""
     from kvobs.recorder import Recorder
-    from kvobs.telemetry.otel import OtelBridge
     from kvobs.telemetry.prometheus import start_metrics_server
     from kvobs.telemetry.series import snapshot_series
 
@@ -226,12 +225,10 @@ def engines_endpoint(engines: int = 8) -> Iterator[str]:
                         for name, values in snapshot_series(rec.snapshot()).items()}
 
     server = start_metrics_server("127.0.0.1:0")
-    bridge = OtelBridge(recorders[0], [server.reader],
-                        sources=[source(r) for r in recorders[1:]])
+    server.attach(recorders[0], sources=[source(r) for r in recorders[1:]])
     try:
         yield server.url
     finally:
-        bridge.shutdown()
         server.close()
 
 

@@ -63,11 +63,12 @@ def main(argv: list[str] | None = None) -> int:
                                              min_interval_s=args.min_interval)
     else:
         server = start_metrics_server("127.0.0.1:0")
-    readers = [server.reader]
+    server.attach(recorder)
+    readers = []
     if args.otlp_endpoint:
         readers.append(otlp_reader(args.otlp_endpoint, recorder, interval_s=args.otlp_interval,
                                    timeout_s=args.otlp_timeout))
-    bridge = OtelBridge(recorder, readers)
+    bridge = OtelBridge(recorder, readers) if readers else None
     print(json.dumps({"url": server.url}), flush=True)
 
     stop = threading.Event()
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "errors": recorder.snapshot().errors}), flush=True)
                 window_start, window_ticks, window_lookups = now, ticks, recorder.lookups
     finally:
-        bridge.shutdown()
+        if bridge is not None:
+            bridge.shutdown()
         server.close()
     return 0
 

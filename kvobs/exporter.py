@@ -23,6 +23,7 @@ from kvobs.telemetry.nvml import nvml_source
 from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.otlp import otlp_reader
 from kvobs.telemetry.prometheus import MetricsServer, start_metrics_server
+from kvobs.telemetry.requirements import check_declared
 from kvobs.telemetry.summary import SummaryLogger
 from kvobs.telemetry.webconfig import ENV_VAR as WEB_CONFIG_ENV
 from kvobs.telemetry.webconfig import start_secure_metrics_server
@@ -32,7 +33,8 @@ class Telemetry:
     """The running sinks of one recorder. Close it to flush OTLP and free the port."""
 
     def __init__(
-        self, bridge: OtelBridge, server: MetricsServer | None, summary: SummaryLogger | None
+        self, bridge: OtelBridge | None, server: MetricsServer | None,
+        summary: SummaryLogger | None,
     ) -> None:
         self.bridge = bridge
         self.server = server
@@ -73,6 +75,7 @@ class Telemetry:
                 auth) for ``/metrics``; None falls back to ``KVOBS_WEB_CONFIG_FILE`` and,
                 if unset too, serves plain HTTP (:mod:`kvobs.telemetry.webconfig`).
         """
+        check_declared()  # a package outside kvobs's declared range: one clear line
         readers: list[MetricReader] = list(extra_readers)
         endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
         if endpoint:
@@ -84,10 +87,12 @@ class Telemetry:
                 on_error=lambda exc: recorder.error("telemetry.webconfig", exc))
         else:
             server = start_metrics_server(metrics_addr, port_attempts) if metrics_addr else None
-        if server is not None:
-            readers.append(server.reader)
         source = nvml_source(logger) if nvml else None
-        bridge = OtelBridge(recorder, readers, sources=(source,) if source else ())
+        sources = (source,) if source else ()
+        if server is not None:
+            server.attach(recorder, sources)
+        # OpenTelemetry only for what it pushes (OTLP, extra readers): /metrics needs none.
+        bridge = OtelBridge(recorder, readers, sources=sources) if readers else None
         summary = None
         if summary_interval_s > 0:
             summary = SummaryLogger(recorder, logger, summary_interval_s).start()
@@ -102,10 +107,16 @@ class Telemetry:
         """Scrape URL, or None when ``/metrics`` is not served."""
         return self.server.url if self.server else None
 
+    def flush(self) -> None:
+        """Push what OTLP (or an extra reader) has not been sent yet, now."""
+        if self.bridge is not None:
+            self.bridge.force_flush()
+
     def close(self) -> None:
         """Stop the summary thread, push a last OTLP export, stop serving."""
         if self.summary is not None:
             self.summary.stop()
-        self.bridge.shutdown()
+        if self.bridge is not None:
+            self.bridge.shutdown()
         if self.server is not None:
             self.server.close()

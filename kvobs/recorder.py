@@ -40,6 +40,7 @@ from kvobs.errors import ConfigError, UnknownTierError
 from kvobs.events import Keys
 from kvobs.residency import ResidencyTracker
 from kvobs.reuse import ReuseProfile
+from kvobs.samples import SampleHistograms
 from kvobs.snapshot import (
     BenefitSnapshot,
     LinkSnapshot,
@@ -355,6 +356,8 @@ class Recorder:
         self.trace: TraceWriter | None = None
         self._errors: dict[str, int] = {}
         self._error_logged_at: dict[str, float] = {}
+        #: The duration / residency samples as histograms; drained at collection only.
+        self.histograms = SampleHistograms(self)
 
     def add_tier(
         self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int

@@ -1,10 +1,12 @@
 """Bridge recorder snapshots into an OpenTelemetry MeterProvider.
 
-Every catalog metric except the histograms is an *observable* instrument whose
-callback reads a recorder snapshot at collection time, so the engine's thread never
-calls OpenTelemetry. Transfer durations wait in each link's bounded buffer; the first
-callback of a collection drains them into a synchronous histogram, which the SDK runs
-before it aggregates, so they appear in the same collection.
+This is the push path (OTLP, or any OpenTelemetry reader); ``/metrics`` is rendered
+without the SDK (:mod:`kvobs.telemetry.exposition`). Every catalog metric except the
+histograms is an *observable* instrument whose callback reads a recorder snapshot at
+collection time, so the engine's thread never calls OpenTelemetry. Duration samples
+reach the bridge as the recorder's :class:`~kvobs.samples.SampleHistograms` drain them
+(whoever collects first: a scrape or this bridge's first callback) and are recorded into
+synchronous histograms, which the SDK aggregates in the same collection.
 
 Example:
     >>> from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -31,15 +33,10 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 
 from kvobs import __version__
-from kvobs.catalog import DURATION_BUCKETS_S, METRICS, RESIDENCY_BUCKETS_S, MetricSpec, by_name
+from kvobs.catalog import METRICS, MetricSpec, by_name
 from kvobs.recorder import Recorder
+from kvobs.samples import BUCKETS as _BUCKETS
 from kvobs.telemetry.series import Series, SeriesSource, snapshot_series
-
-_DURATION = by_name("kvobs_transfer_duration_seconds")
-_RESIDENCY = by_name("kvobs_block_residency_seconds")
-_REUSE_GAP = by_name("kvobs_block_reuse_gap_seconds")
-_BUCKETS = {_DURATION.name: DURATION_BUCKETS_S, _RESIDENCY.name: RESIDENCY_BUCKETS_S,
-            _REUSE_GAP.name: RESIDENCY_BUCKETS_S}
 
 
 class OtelBridge:
@@ -77,6 +74,7 @@ class OtelBridge:
             name: meter.create_histogram(spec.otel_name, unit=spec.unit, description=spec.help)
             for name, spec in ((n, by_name(n)) for n in _BUCKETS)
         }
+        recorder.histograms.subscribe(self._record_samples)
         observable = [spec for spec in METRICS if spec.kind != "histogram"]
         for index, spec in enumerate(observable):
             create = (
@@ -108,7 +106,7 @@ class OtelBridge:
 
     def _refresh(self) -> None:
         self._series = {}
-        self._drain_durations()
+        self._recorder.histograms.collect()  # hands new samples to _record_samples
         series = snapshot_series(self._recorder.snapshot())
         for source in self._sources:
             try:
@@ -118,24 +116,11 @@ class OtelBridge:
                 self._recorder.error("telemetry.source", exc)
         self._series = series
 
-    def _drain_durations(self) -> None:
-        durations = self._histograms[_DURATION.name]
-        for link in self._recorder.links:
-            attrs = {**self._common, "src_tier": link.src, "dst_tier": link.dst}
-            for seconds in link.drain_durations():
-                durations.record(seconds, attrs)
-        residency = self._histograms[_RESIDENCY.name]
-        gaps = self._histograms[_REUSE_GAP.name]
-        for name in self._recorder.tier_names:
-            tracker = self._recorder.tier(name).residency
-            if tracker is None:
-                continue
-            attrs = {**self._common, "tier": name}
-            stays, waits = tracker.drain()
-            for seconds in stays:
-                residency.record(seconds, attrs)
-            for seconds in waits:
-                gaps.record(seconds, attrs)
+    def _record_samples(self, metric: str, labels: dict[str, str],
+                        samples: Sequence[float]) -> None:
+        histogram, attrs = self._histograms[metric], {**self._common, **labels}
+        for seconds in samples:
+            histogram.record(seconds, attrs)
 
     def force_flush(self) -> None:
         """Push pending data through every reader that pushes (OTLP)."""
@@ -143,4 +128,5 @@ class OtelBridge:
 
     def shutdown(self) -> None:
         """Flush and stop every reader."""
+        self._recorder.histograms.unsubscribe(self._record_samples)
         self.provider.shutdown()

@@ -1,8 +1,8 @@
 """Serve ``/metrics`` for Prometheus to scrape.
 
-The OpenTelemetry Prometheus reader is registered into a private registry (never the
-process-global one, so an engine's own metrics and ours never collide), and that
-registry is served over HTTP by prometheus_client.
+Each server has a private registry (never the process-global one, so an engine's own
+metrics and ours never collide) served over HTTP by prometheus_client; :meth:`MetricsServer.
+attach` registers a recorder's :class:`~kvobs.telemetry.exposition.SnapshotCollector` in it.
 
 Example:
     >>> from kvobs.telemetry.prometheus import parse_address
@@ -13,14 +13,17 @@ Example:
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from dataclasses import dataclass
 from threading import Thread
 from wsgiref.simple_server import WSGIServer
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry, start_http_server
 
 from kvobs.errors import ConfigError
+from kvobs.recorder import Recorder
+from kvobs.telemetry.exposition import SnapshotCollector
+from kvobs.telemetry.series import SeriesSource
 
 
 def parse_address(address: str, field: str = "--metrics-addr") -> tuple[str, int]:
@@ -37,9 +40,8 @@ def parse_address(address: str, field: str = "--metrics-addr") -> tuple[str, int
 
 @dataclass
 class MetricsServer:
-    """A running ``/metrics`` endpoint."""
+    """A running ``/metrics`` endpoint; :meth:`attach` what it serves."""
 
-    reader: PrometheusMetricReader
     registry: CollectorRegistry
     host: str
     port: int
@@ -52,6 +54,10 @@ class MetricsServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
+    def attach(self, recorder: Recorder, sources: Sequence[SeriesSource] = ()) -> None:
+        """Serve ``recorder`` (and ``sources``: NVML) from now on."""
+        self.registry.register(SnapshotCollector(recorder, sources))
+
     def close(self) -> None:
         """Stop serving and release the port."""
         self._server.shutdown()
@@ -60,7 +66,7 @@ class MetricsServer:
 
 
 def start_metrics_server(address: str, port_attempts: int = 1) -> MetricsServer:
-    """Create a Prometheus reader and serve it on ``address`` (``HOST:PORT``; port 0 = any).
+    """Serve a private registry on ``address`` (``HOST:PORT``; port 0 = any).
 
     Args:
         address: ``HOST:PORT`` to bind.
@@ -96,17 +102,13 @@ def start_metrics_server(address: str, port_attempts: int = 1) -> MetricsServer:
 def _bind(address: str, host: str, port: int, last: bool) -> MetricsServer | None:
     """Serve on ``host:port``; None when the port is taken and more may be tried."""
     registry = CollectorRegistry(auto_describe=True)
-    reader = PrometheusMetricReader(
-        disable_target_info=False, scope_info_enabled=False, registry=registry
-    )
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
-        reader.shutdown()
         if exc.errno == errno.EADDRINUSE and not last:
             return None
         raise bind_failure(address, port, exc) from None
-    return MetricsServer(reader, registry, host, server.server_port, server, thread)
+    return MetricsServer(registry, host, server.server_port, server, thread)
 
 
 def bind_failure(address: str, port: int, exc: OSError) -> ConfigError:

@@ -62,7 +62,6 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import make_server
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 
@@ -623,9 +622,6 @@ def start_secure_metrics_server(
 def _bind(address: str, host: str, port: int, config: WebConfig, contexts: _Contexts | None,
           min_interval_s: float, last: bool) -> SecureMetricsServer | None:
     registry = CollectorRegistry(auto_describe=True)
-    reader = PrometheusMetricReader(
-        disable_target_info=False, scope_info_enabled=False, registry=registry
-    )
 
     class Server(SecureWSGIServer):
         pass
@@ -637,13 +633,12 @@ def _bind(address: str, host: str, port: int, config: WebConfig, contexts: _Cont
         app = auth_app(CoalescingApp(make_wsgi_app(registry), min_interval_s), config)
         httpd = make_server(bind_host, port, app, Server, handler_class=_SilentHandler)
     except OSError as exc:
-        reader.shutdown()
         if exc.errno == errno.EADDRINUSE and not last:
             return None
         raise bind_failure(address, port, exc) from None
     thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="kvobs-metrics")
     thread.start()
-    return SecureMetricsServer(reader, registry, host, httpd.server_port, httpd, thread, config)
+    return SecureMetricsServer(registry, host, httpd.server_port, httpd, thread, config)
 
 
 __all__ = [

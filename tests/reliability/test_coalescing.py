@@ -10,7 +10,6 @@ import pytest
 
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
-from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.webconfig import CoalescingApp, start_secure_metrics_server
 
 
@@ -88,7 +87,7 @@ def test_plain_server_without_web_config_serves_fresh_enough_metrics() -> None:
     recorder = Recorder(engine="c", model="m")
     gpu = recorder.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=64)
     server = start_secure_metrics_server("127.0.0.1:0", None, min_interval_s=0.2)
-    bridge = OtelBridge(recorder, [server.reader])
+    server.attach(recorder)
     try:
         assert server.url.startswith("http://127.0.0.1:")
         gpu.allocate(3)
@@ -102,5 +101,4 @@ def test_plain_server_without_web_config_serves_fresh_enough_metrics() -> None:
         time.sleep(0.25)
         assert 'kvobs_block_allocations_total{engine="c",model="m",tier="gpu"} 5.0' in scrape()
     finally:
-        bridge.shutdown()
         server.close()

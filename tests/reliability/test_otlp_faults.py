@@ -91,7 +91,8 @@ def pushing() -> Iterator[tuple[FaultyReceiver, Recorder, OtelBridge, str]]:
         server = start_metrics_server("127.0.0.1:0")
         reader = otlp_reader(receiver.endpoint, recorder, interval_s=INTERVAL_S,
                              timeout_s=TIMEOUT_S)
-        bridge = OtelBridge(recorder, [reader, server.reader])
+        server.attach(recorder)
+        bridge = OtelBridge(recorder, [reader])
         try:
             yield receiver, recorder, bridge, server.url
         finally:

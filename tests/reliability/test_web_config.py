@@ -23,7 +23,6 @@ from required import missing
 
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
-from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.webconfig import (
     SecureMetricsServer,
     hash_password,
@@ -61,20 +60,19 @@ def write_config(directory: Path, text: str) -> Path:
     return path
 
 
-def serve(config: Path) -> tuple[SecureMetricsServer, OtelBridge, Recorder]:
+def serve(config: Path) -> tuple[SecureMetricsServer, Recorder]:
     recorder = Recorder(engine="secure", model="m")
     recorder.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=1024).allocate(3)
     server = start_secure_metrics_server("127.0.0.1:0", config)
-    bridge = OtelBridge(recorder, [server.reader])
-    return server, bridge, recorder
+    server.attach(recorder)
+    return server, recorder
 
 
 @pytest.fixture
-def running() -> Iterator[list[tuple[SecureMetricsServer, OtelBridge]]]:
-    started: list[tuple[SecureMetricsServer, OtelBridge]] = []
+def running() -> Iterator[list[SecureMetricsServer]]:
+    started: list[SecureMetricsServer] = []
     yield started
-    for server, bridge in started:
-        bridge.shutdown()
+    for server in started:
         server.close()
 
 
@@ -116,8 +114,8 @@ http_server_config:
 basic_auth_users:
   prometheus: {user_hash}
 """)
-    server, bridge, _ = serve(config)
-    running.append((server, bridge))
+    server, _ = serve(config)
+    running.append(server)
     assert server.url == f"https://127.0.0.1:{server.port}/metrics"
     context = client_context(pki)
     status, headers, body = get(server, context, ("prometheus", PASSWORD))
@@ -133,9 +131,9 @@ basic_auth_users:
 def test_plain_http_to_the_tls_port_is_refused(tmp_path: Path, server_pair: tuple[Path, Path],
                                                running: list) -> None:
     cert, key = server_pair
-    server, bridge, _ = serve(write_config(
+    server, _ = serve(write_config(
         tmp_path, f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"))
-    running.append((server, bridge))
+    running.append(server)
     status, _, body = get(server, None)
     assert status == 400 and b"HTTPS" in body and b"kvobs_" not in body
 
@@ -157,8 +155,8 @@ tls_server_config:
   client_auth_type: RequireAndVerifyClientCert
   min_version: TLS12
 """)
-    server, bridge, _ = serve(config)
-    running.append((server, bridge))
+    server, _ = serve(config)
+    running.append(server)
     status, _, body = get(server, client_context(pki, clients.leaf("scraper", server=False)))
     assert status == 200 and b"kvobs_" in body
     for context in (client_context(pki), client_context(pki, strangers.leaf("x", server=False))):
@@ -169,9 +167,9 @@ tls_server_config:
 def test_a_silent_client_does_not_hold_up_other_scrapes(
         tmp_path: Path, pki: Pki, server_pair: tuple[Path, Path], running: list) -> None:
     cert, key = server_pair
-    server, bridge, _ = serve(write_config(
+    server, _ = serve(write_config(
         tmp_path, f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"))
-    running.append((server, bridge))
+    running.append(server)
     silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(4)]
     try:
         start = time.monotonic()
@@ -186,8 +184,8 @@ def test_a_silent_client_does_not_hold_up_other_scrapes(
 
 def test_basic_auth_without_tls_and_cached_checks(tmp_path: Path, running: list) -> None:
     slow_hash = hash_password(PASSWORD, rounds=10)  # ~0.1 s per bcrypt check here
-    server, bridge, _ = serve(write_config(tmp_path, f"basic_auth_users:\n  p: '{slow_hash}'\n"))
-    running.append((server, bridge))
+    server, _ = serve(write_config(tmp_path, f"basic_auth_users:\n  p: '{slow_hash}'\n"))
+    running.append(server)
     assert server.url.startswith("http://")
     assert get(server, None, ("p", PASSWORD))[0] == 200
     start = time.monotonic()
@@ -211,9 +209,9 @@ def test_rotated_certificate_is_served_at_the_next_connection(
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes(first[0].read_bytes())
     key.write_bytes(first[1].read_bytes())
-    server, bridge, _ = serve(write_config(
+    server, _ = serve(write_config(
         tmp_path, "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"))
-    running.append((server, bridge))
+    running.append(server)
 
     def served_cn() -> str:
         context = client_context(pki)
@@ -233,9 +231,9 @@ def test_rotated_certificate_is_served_at_the_next_connection(
 def test_hanging_up_mid_response_leaves_the_server_serving(
         tmp_path: Path, pki: Pki, server_pair: tuple[Path, Path], running: list) -> None:
     cert, key = server_pair
-    server, bridge, recorder = serve(write_config(
+    server, recorder = serve(write_config(
         tmp_path, f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"))
-    running.append((server, bridge))
+    running.append(server)
     for i in range(60):  # many series, so the response spans several TLS records
         recorder.error(f"component.{i}")
     before = threading.active_count()

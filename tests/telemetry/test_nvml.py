@@ -128,11 +128,10 @@ def test_nvml_series_keep_their_catalog_names_on_metrics():
 
     server = start_metrics_server("127.0.0.1:0")
     h100 = {"total": 80 * 2**30, "used": 2**30, "gen": 5, "width": 16}
-    bridge = OtelBridge(Recorder(), [server.reader], sources=[NvmlSource(fake_nvml([h100]))])
+    server.attach(Recorder(), sources=[NvmlSource(fake_nvml([h100]))])
     try:
         text = generate_latest(server.registry).decode()
     finally:
-        bridge.shutdown()
         server.close()
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert {

@@ -21,7 +21,7 @@ def test_push_arrives_with_exact_values():
             otlp_interval_s=60,
             summary_interval_s=0,
         )
-        telemetry.bridge.force_flush()
+        telemetry.flush()
         assert receiver.received.wait(10)
         points = receiver.latest_points()
         telemetry.close()
@@ -55,7 +55,7 @@ def test_unreachable_collector_is_counted_not_raised():
             otlp_interval_s=60,
             summary_interval_s=0,
         )
-        telemetry.bridge.force_flush()
+        telemetry.flush()
         rec.tier("gpu").allocate(1)  # the engine goes on
         telemetry.close()
     assert rec.snapshot().errors.get("telemetry.otlp", 0) >= 1
@@ -72,7 +72,7 @@ def test_env_endpoint_is_used(monkeypatch):
             otlp_interval_s=60,
             summary_interval_s=0,
         )
-        telemetry.bridge.force_flush()
+        telemetry.flush()
         assert receiver.received.wait(10)
         telemetry.close()
 

@@ -304,7 +304,7 @@ def test_plugin_telemetry_pushes_otlp_and_logs_summaries(monkeypatch, tmp_path):
             driver.run()
             telemetry = plugin.state().telemetry
             assert telemetry.metrics_url is None  # KVOBS_METRICS_ADDR="" serves nothing
-            telemetry.bridge.force_flush()
+            telemetry.flush()
             assert receiver.received.wait(10)
             points = receiver.latest_points()
             for _ in range(50):
