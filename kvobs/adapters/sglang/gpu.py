@@ -10,21 +10,38 @@ Events are read as *changes* of those engine numbers after each hooked call (a
 "settle"), so nested engine calls, deferred frees (``free_group_begin``/``end``) and
 every allocation path count once and exactly:
 
-=====================================  ===============================================
-engine change                          events
-=====================================  ===============================================
-``available_size()`` falls by n pages  ``allocate(n)``
-``available_size()`` rises by n pages  ``free(n)`` (in use -> free), except inside
-                                       ``RadixCache.evict`` (counted as the eviction)
-``evictable_size()`` rises by n pages  ``free(n, cached=True)``: a request's pages
-                                       inserted or unlocked, kept for reuse
-``evictable_size()`` falls by n pages  ``reuse(n)``: a prefix hit locks cached pages
-``RadixCache.evict``                   ``evict(n, "capacity")``
-``RadixCache.reset``                   ``evict(cached, "reset")``; the allocator's
-                                       ``clear`` then frees the rest
-``match_prefix(params)`` for a request ``rec.lookup(len(key), gpu_hit=device_prefix_len,
-(``params.req`` set)                   host_hit=host_hit_length)``
-=====================================  ===============================================
+=========================================  ===========================================
+engine change                              events
+=========================================  ===========================================
+``available_size()`` falls by n pages      ``allocate(n)``
+``available_size()`` rises by n pages      ``free(n)`` (in use -> free), except inside
+                                           an eviction (counted as the eviction)
+``evictable_size()`` rises by n pages      ``free(n, cached=True)``: a request's pages
+                                           inserted or unlocked, kept for reuse
+``evictable_size()`` falls by n pages      ``reuse(n)``: a prefix hit locks cached pages
+``evict`` or ``evict_for_alloc`` (the      ``evict(n, "capacity")``, n = the call's
+allocator's ``evict_to_free_tokens``)      ``num_tokens_evicted`` (outermost call only)
+``reset``                                  ``evict(cached, "reset")``; the allocator's
+                                           ``clear`` then frees the rest
+``finish_storage_prefetch_admission``      ``rec.lookup(tokens, gpu_hit, host_hit)``:
+(``PrefillAdder`` admits a request)        one per request admitted, from its last
+                                           ``match_prefix`` (``params.req`` set) and
+                                           its ``init_load_back``
+``_execute_kv_backup`` -> None (host       ``rec.link(gpu, host).drop(n)``: n device
+eviction cannot make room), or the         pages refused a backup, each once until it
+controller's ``write`` -> None             is freed or backed up
+``writing_check`` / ``loading_check``      the device time of each acknowledged copy
+                                           (only where SGLang times it), to the
+                                           gpu<->host links
+=========================================  ===========================================
+
+Lookups: the scheduler re-runs ``match_prefix`` for a waiting request every round
+(``Req.init_next_round_input``), so a match is only remembered (per request handle,
+the last one wins, at most :data:`PENDING_LIMIT` waiting requests); the admission
+counts it once, with ``device_prefix_len`` as GPU hit and the host tokens
+``init_load_back`` really loaded (none when the load was refused) as host hit -- the
+split SGLang's ``PrefillAdder`` reports as ``cached_tokens`` from device and host.
+A retracted request readmitted counts again (SGLang leaves it out of its split).
 
 Occupancy is read from the engine at collection, after a last settle, so the flows
 identity holds exactly at every snapshot (``kvobs.testing`` checks it). Between a
@@ -51,10 +68,12 @@ from kvobs.adapters._hooks import (
     instrument,
 )
 from kvobs.recorder import Recorder, TierRecorder
-from kvobs.tiers import GPU
+from kvobs.tiers import GPU, HOST
 
 ALLOCATOR_COMPONENT = "sglang.token_allocator"
 TREE_COMPONENT = "sglang.radix_cache"
+#: Waiting requests whose last match is remembered until admission (oldest dropped).
+PENDING_LIMIT = 4096
 
 
 class GpuInstrumentation(Instrumentation):
@@ -67,8 +86,11 @@ class GpuInstrumentation(Instrumentation):
         self.free_pages = 0 if not active else int(allocator.available_size()) // self.page
         self.tree_cache: Any = None
         self.cached_pages = 0      # evictable pages last seen in the tree
-        self.evicting = False      # inside RadixCache.evict: freed pages are its eviction
+        self.evicting = 0          # eviction calls in progress: freed pages are evictions
         self.orphaned = 0          # pages a tree reset evicted, not yet back in the free list
+        #: device pages whose host backup was refused (the controller's drops); a page
+        #: leaves the set when it is freed or backed up, so a block drops once.
+        self.refused: set[int] = set()
 
     def settle_pool(self) -> None:
         """Count what changed in the allocator since the last settle."""
@@ -107,11 +129,13 @@ class GpuInstrumentation(Instrumentation):
 
 
 class TreeInstrumentation(Instrumentation):
-    """Wrappers on one ``RadixCache``; its events go to the allocator's tier."""
+    """Wrappers on one prefix cache; its events go to the allocator's tier."""
 
     def __init__(self, tree: Any, gpu: GpuInstrumentation, active: bool) -> None:
         super().__init__(tree, TREE_COMPONENT, active, gpu.rec, gpu.tier)
         self.gpu = gpu
+        #: request handle -> [tokens, gpu hit, host hit promised, host loaded]
+        self.pending: dict[Any, list[int]] = {}
 
 
 def _settle(inst: GpuInstrumentation, state: None, result: Any, *args: Any,
@@ -119,28 +143,78 @@ def _settle(inst: GpuInstrumentation, state: None, result: Any, *args: Any,
     inst.settle_pool()     # tree changes settle in the tree's hooks and at collection
 
 
+def _freed(inst: GpuInstrumentation, state: None, result: Any, free_index: Any,
+           *args: Any, **kwargs: Any) -> None:
+    inst.settle_pool()
+    if inst.refused and free_index is not None and len(free_index):
+        inst.refused.difference_update((free_index // inst.page).tolist())
+
+
+def _freed_pages(inst: GpuInstrumentation, state: None, result: Any, page_ids: Any,
+                 *args: Any, **kwargs: Any) -> None:
+    inst.settle_pool()
+    if inst.refused and page_ids is not None and len(page_ids):
+        inst.refused.difference_update(page_ids.tolist())
+
+
 def _settle_tree(inst: TreeInstrumentation, state: None, result: Any, *args: Any,
                  **kwargs: Any) -> None:
     inst.gpu.settle()
 
 
+def _handle(req: Any) -> Any:
+    return getattr(req, "cache_request_handle", None) or id(req)
+
+
 def _matched(inst: TreeInstrumentation, state: None, result: Any, params: Any,
              *args: Any, **kwargs: Any) -> None:
-    if getattr(params, "req", None) is not None:   # the scheduler's per-request lookup
-        inst.rec.lookup(len(params.key), gpu_hit=int(result.device_prefix_len),
-                        host_hit=int(getattr(result, "host_hit_length", 0) or 0))
+    inst.gpu.settle()
+    req = getattr(params, "req", None)
+    if req is None:                 # the tree's own walks (touch, probes): no request
+        return
+    key = params.key
+    tokens = len(getattr(key, "token_ids", key))
+    host = int(getattr(result, "host_hit_length", 0) or 0)
+    handle = _handle(req)
+    pending = inst.pending
+    pending.pop(handle, None)       # a re-match of a waiting request replaces its last
+    pending[handle] = [tokens, int(result.device_prefix_len), host, 0]
+    if len(pending) > PENDING_LIMIT:
+        del pending[next(iter(pending))]
+
+
+def _loaded_back(inst: TreeInstrumentation, state: None, result: Any, params: Any,
+                 *args: Any, **kwargs: Any) -> None:
+    inst.gpu.settle()
+    req = getattr(params, "req", None)
+    if result is not None and req is not None:
+        match = inst.pending.get(_handle(req))
+        if match is not None:
+            match[3] = int(result[0])
+
+
+def _admitted(inst: TreeInstrumentation, state: None, result: Any, handle: Any,
+              *args: Any, **kwargs: Any) -> None:
+    match = inst.pending.pop(handle, None)
+    if match is not None:
+        tokens, gpu_hit, promised, loaded = match
+        inst.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=min(promised, loaded))
 
 
 def _evicting(inst: TreeInstrumentation, *args: Any, **kwargs: Any) -> None:
-    inst.gpu.settle()
-    inst.gpu.evicting = True
+    gpu = inst.gpu
+    if not gpu.evicting:
+        gpu.settle()
+    gpu.evicting += 1
 
 
 def _evicted(inst: TreeInstrumentation, state: None, result: Any, *args: Any,
              **kwargs: Any) -> None:
     gpu = inst.gpu
+    gpu.evicting -= 1
+    if gpu.evicting:               # evict_for_alloc -> evict: the outer call counts
+        return
     gpu.settle_pool()            # the freed pages: absorbed, they are the eviction
-    gpu.evicting = False
     pages = int(result.num_tokens_evicted) // gpu.page
     if pages:
         gpu.tier.evict(pages, "capacity")
@@ -158,24 +232,89 @@ def _was_reset(inst: TreeInstrumentation, state: None, result: Any) -> None:
         gpu.tier.evict(gpu.cached_pages, "reset")
         gpu.orphaned += gpu.cached_pages   # still allocated until the allocator's clear
         gpu.cached_pages = 0
+    inst.pending.clear()
     gpu.settle()
 
 
-_ALLOCATOR_PATHS = ("alloc_extend", "alloc_decode", "free_segment", "free_page_ids",
-                    "free_full", "free_group_end", "clear")
+def refuse_backup(rec: Recorder, refused: set[int], pages: list[int], src: str,
+                  dst: str) -> None:
+    """Count the device ``pages`` whose host backup was refused as drops, each once until
+    it is freed or backed up (a node SGLang retries on every hit drops once)."""
+    new = [p for p in pages if p not in refused]
+    if new:
+        refused.update(new)
+        rec.link(src, dst).drop(len(new))
+
+
+def _backed_up(inst: TreeInstrumentation, state: None, result: Any, node_id: Any,
+               device_value: Any, *args: Any, **kwargs: Any) -> None:
+    gpu = inst.gpu
+    page = gpu.page
+    pages = (device_value[::page] // page).tolist() if len(device_value) else []
+    if result is not None:
+        gpu.refused.difference_update(pages)
+        return
+    host = getattr(getattr(getattr(inst.target, "cache_controller", None), MARKER, None),
+                   "host", None)
+    refuse_backup(inst.rec, gpu.refused, pages, gpu.tier.name,
+                  host.tier.name if host is not None else HOST)
+
+
+def _acks(queue_name: str) -> Any:
+    def pending_acks(inst: TreeInstrumentation, *args: Any, **kwargs: Any) -> list[Any]:
+        controller = getattr(inst.target, "cache_controller", None)
+        return list(getattr(controller, queue_name, None) or ())
+    return pending_acks
+
+
+def _timed(offload: bool, queue_name: str) -> Any:
+    def acknowledged(inst: TreeInstrumentation, before: list[Any], result: Any,
+                     *args: Any, **kwargs: Any) -> None:
+        inst.gpu.settle()
+        controller = getattr(inst.target, "cache_controller", None)
+        if not before or controller is None:
+            return
+        left = {id(ack) for ack in getattr(controller, queue_name, ())}
+        timed = [ack for ack in before
+                 if id(ack) not in left and getattr(ack, "timing_enabled", False)]
+        if not timed:               # CPU: torch.cpu.Event cannot time; SGLang has none
+            return
+        host = getattr(getattr(controller, MARKER, None), "host", None)
+        gpu, host_tier = inst.gpu.tier.name, host.tier.name if host is not None else HOST
+        link = inst.rec.link(gpu, host_tier) if offload else inst.rec.link(host_tier, gpu)
+        for ack in timed:
+            link.timed(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)
+    return acknowledged
+
+
+_ALLOCATOR_PATHS = ("alloc_extend", "alloc_decode", "free_group_end", "clear")
 ALLOCATOR_SPEC = AdapterSpec(ALLOCATOR_COMPONENT, ("BaseTokenToKVPoolAllocator",), (
     Hook("alloc", ("need_size",), "allocate", after=_settle),
-    Hook("free", ("free_index",), "free", after=_settle),
+    Hook("free", ("free_index",), "free", after=_freed),
+    Hook("free_full", ("free_index",), "free", after=_freed, optional=True),
+    Hook("free_segment", ("free_index",), "free", after=_freed, optional=True),
+    Hook("free_page_ids", ("page_ids",), "free", after=_freed_pages, optional=True),
     *(Hook(name, (), "allocate, free", after=_settle, optional=True)
       for name in _ALLOCATOR_PATHS),
 ), state=("size", "page_size", "available_size"))
 
-_TREE_MUTATORS = ("insert", "inc_lock_ref", "dec_lock_ref", "checkpoint",
-                  "cache_finished_req", "cache_unfinished_req")
+_TREE_MUTATORS = ("insert", "inc_lock_ref", "dec_lock_ref", "lock", "unlock", "checkpoint",
+                  "free_kv_row", "on_release", "cache_finished_req", "cache_unfinished_req")
 TREE_SPEC = AdapterSpec(TREE_COMPONENT, ("BasePrefixCache",), (
     Hook("match_prefix", ("params",), "lookup", after=_matched),
+    Hook("finish_storage_prefetch_admission", (), "lookup", after=_admitted),
+    Hook("init_load_back", ("params",), "lookup", after=_loaded_back, optional=True),
     Hook("evict", ("params",), "evict", before=_evicting, after=_evicted),
+    Hook("evict_for_alloc", ("params",), "evict", before=_evicting, after=_evicted,
+         optional=True),
     Hook("reset", (), "evict", before=_resetting, after=_was_reset),
+    # 0.5.23: the tree refuses a backup itself when host eviction cannot make room
+    Hook("_execute_kv_backup", ("node_id", "device_value"), "drop", after=_backed_up,
+         optional=True),
+    Hook("writing_check", (), "track", before=_acks("ack_write_queue"),
+         after=_timed(True, "ack_write_queue"), optional=True),
+    Hook("loading_check", (), "track", before=_acks("ack_load_queue"),
+         after=_timed(False, "ack_load_queue"), optional=True),
     *(Hook(name, (), "free, reuse", after=_settle_tree, optional=True)
       for name in _TREE_MUTATORS),
 ), state=("evictable_size", "protected_size"))
@@ -189,9 +328,10 @@ def instrument_token_allocator(allocator: Any, rec: Recorder, *, tier: str = GPU
     Args:
         allocator: the scheduler's ``token_to_kv_pool_allocator``.
         rec: the recorder.
-        tree_cache: the scheduler's ``tree_cache`` (``RadixCache``); with it kvobs tells
-            cached pages from pages in use, counts prefix hits (reuses), evictions and
-            per-request lookups. Without it every resident page reads as in use.
+        tree_cache: the scheduler's ``tree_cache`` (``UnifiedRadixCache``; the older
+            ``RadixCache`` too); with it kvobs tells cached pages from pages in use,
+            counts prefix hits (reuses), evictions and one lookup per admitted request.
+            Without it every resident page reads as in use.
         block_bytes: bytes per page across layers (0 if unknown).
 
     Returns:

@@ -1,4 +1,7 @@
-"""The GPU tier of real SGLang 0.5.23 allocators and RadixCache on CPU, step by step.
+"""The GPU tier of real SGLang 0.5.23 allocators and the bare RadixCache, step by step.
+
+The scheduler builds a UnifiedRadixCache (see test_scheduler_loop.py); a RadixCache is
+still built by users who assemble the pieces themselves, so its path stays covered.
 
 Every step is checked by :class:`kvobs.testing.Conformance` against SGLang's own
 account (allocator ``available_size``, RadixCache ``evictable_size``), flows exact.
@@ -52,7 +55,7 @@ def engine():
     inst.unwrap()
 
 
-def test_requests_hits_duplicates_and_lookups(engine):
+def test_requests_hits_and_duplicates(engine):
     allocator, tree, rec, kit = engine
     assert match(tree, PROMPT).device_prefix_len == 0          # r1: a miss
     r1 = allocator.alloc(4 * PAGE)
@@ -85,11 +88,8 @@ def test_requests_hits_duplicates_and_lookups(engine):
     assert (gpu.allocations, to_free(gpu), gpu.reuses, gpu.frees_to_cache) == (10, 4, 2, 8)
     assert (gpu.in_use_blocks, gpu.cached_blocks) == (0, 6)
 
-    snap = rec.snapshot()
-    assert (snap.lookups.lookups, snap.lookups.tokens, snap.lookups.gpu_hit) == \
-        (2, len(PROMPT) + len(r2_tokens), 2 * PAGE)
-    tree.match_prefix(MatchPrefixParams(key=key(PROMPT)))      # no request: internal
-    assert rec.snapshot().lookups.lookups == 2, "internal matches are not request lookups"
+    assert rec.snapshot().lookups.lookups == 0, \
+        "a match is not a lookup until the scheduler admits the request (test_scheduler_loop)"
 
 
 def test_evictions_deferred_frees_and_flush(engine):
