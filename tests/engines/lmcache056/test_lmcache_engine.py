@@ -13,6 +13,7 @@ retrieve put in the paged KV tensor; never kvobs's formula over the same fields.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 import structlog.testing
@@ -180,6 +181,62 @@ def test_clear_is_a_reset_of_what_lmcache_cleared(run):
     assert run.rec.snapshot().errors == {}
 
 
+def test_hits_behind_the_cpu_backend_are_disk_hits_as_lmcache_pinned_them(tmp_path):
+    """A prefix found partly in the CPU backend and partly in LMCache's LocalDiskBackend:
+    the split is where LMCache itself pinned each chunk (its ``lookup_pins``)."""
+    engine = build_engine(host_chunks=8, instance="disk", disk_dir=str(tmp_path))
+    engine.post_init()
+    rec = Recorder()
+    inst = instrument_lmcache_engine(engine, rec)
+    disk = engine.storage_manager.storage_backends["LocalDiskBackend"]
+    try:
+        before = lmcache_metrics(engine, "disk")
+
+        def truth():
+            now = delta(lmcache_metrics(engine, "disk"), before)
+            cached = int(now["hot_cache_count"])
+            return {"host": (int(now["active_memory_objs"]) - cached, cached)}
+
+        # a chunk read from disk is written back to the CPU backend: a host store with no
+        # gpu->host transfer (kvobs does not count LMCache's disk reads as transfers)
+        kit = Conformance(rec, truth=truth, stores_match_transfers=False)
+        driver = ConnectorDriver(engine)
+        prompt, other = list(range(1, 97)), list(range(500, 596))   # 6 chunks each
+
+        def written() -> None:   # LMCache writes to disk in its own threads
+            deadline = time.monotonic() + 10
+            while disk.disk_worker.put_tasks and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not disk.disk_worker.put_tasks
+
+        driver.serve(prompt)
+        written()
+        driver.lookup_client.lookup(prompt, lookup_id="touch")    # prefix chunks now MRU
+        engine.lookup_unpin("touch")
+        driver.serve(other)              # evicts the prompt's last 4 chunks from the CPU
+        written()
+        kit.check("stored")
+        lookups = rec.snapshot().lookups
+        hit = driver.lookup_client.lookup(prompt, lookup_id="split")
+        pinned = {where: len(keys) for where, keys in engine.lookup_pins["split"].items()}
+        engine.lookup_unpin("split")
+        assert pinned == {"LocalCPUBackend": 2, "LocalDiskBackend": 4} and hit == 96
+        after = rec.snapshot().lookups
+        assert (after.host_hit - lookups.host_hit, after.disk_hit - lookups.disk_hit) == \
+            (pinned["LocalCPUBackend"] * CHUNK, pinned["LocalDiskBackend"] * CHUNK)
+        outcome = driver.serve(prompt)   # a retrieve from both backends (no lookup there)
+        written()
+        assert outcome.retrieved == 96
+        kit.check("retrieved from cpu and disk")
+        lm, final = delta(lmcache_metrics(engine, "disk"), before), rec.snapshot().lookups
+        assert final.lookups == lm["lookup_requests"] == 5
+        assert final.host_hit + final.disk_hit == lm["lookup_hits"]
+        assert final.tokens == lm["lookup_tokens"]
+    finally:
+        inst.unwrap()
+        destroy("disk")
+
+
 # --- start-up, faults, versions ---------------------------------------------------------
 
 def test_instrumenting_a_post_initialised_engine_attaches_the_backend_at_once():
@@ -194,9 +251,11 @@ def test_instrumenting_a_post_initialised_engine_attaches_the_backend_at_once():
             instrument_lmcache_engine(engine, Recorder())
         backend = engine.storage_manager.local_cpu_backend
         inst.unwrap()
-        # (LMCache's stats monitor is process-wide: whoever instrumented it first, here
-        # the module's run, keeps it)
-        assert getattr(engine.stats_monitor, MARKER) is not inst
+        # LMCache's stats monitor is process-wide: the first engine instrumented while it
+        # lives (maybe the module's run) keeps it; if this one had it, it is restored
+        holder = getattr(engine.stats_monitor, MARKER, None)
+        assert holder is not inst
+        assert holder is not None or "on_store_finished" not in vars(engine.stats_monitor)
         for obj in (engine, backend, backend.memory_allocator, engine.gpu_connector):
             assert not any(name in vars(obj) for name in (
                 "lookup", "post_init", "allocate", "free", "batched_from_gpu",

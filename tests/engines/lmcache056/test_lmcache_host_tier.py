@@ -18,6 +18,7 @@ import torch
 from lmcache.observability import LMCStatsMonitor
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.config import LMCacheEngineConfig
+from lmcache.v1.memory_allocators.mixed_memory_allocator import MixedMemoryAllocator
 from lmcache.v1.memory_allocators.tensor_memory_allocator import TensorMemoryAllocator
 from lmcache.v1.memory_management import MemoryObj
 from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
@@ -189,3 +190,39 @@ def test_kvobs_failure_is_counted_and_the_put_still_happens(monkeypatch):
     assert rec.snapshot().errors == {"lmcache.local_cpu_backend": 1}
     inst.unwrap()
     b.clear()
+
+
+def test_layerwise_batched_allocate_evicts_by_popping_the_hot_cache():
+    """``batched_allocate`` (layerwise stores) on LMCache's ``MixedMemoryAllocator`` evicts
+    whole chunks (every layer's key) by popping the hot cache and freeing their memory
+    itself, without ``remove``: kvobs counts them as capacity evictions, as LMCache does."""
+    layer_shape = torch.Size([2, CHUNK_TOKENS, 64])               # one layer: 64 KiB
+    layer_bytes = CHUNK_BYTES // 2
+    config = LMCacheEngineConfig.from_defaults(chunk_size=CHUNK_TOKENS, local_cpu=True,
+                                               max_local_cpu_size=0.01)
+    b = LocalCPUBackend(config, memory_allocator=MixedMemoryAllocator(6 * layer_bytes),
+                        dst_device="cpu")
+    rec = Recorder()
+    inst = instrument_local_cpu_backend(b, rec, block_tokens=CHUNK_TOKENS,
+                                        block_bytes=layer_bytes)
+    kit = Conformance(rec, truth=engine_truth(b))
+    monitor = LMCStatsMonitor.GetOrCreate()
+    evicted_before = monitor.interval_local_cpu_evict_keys_count
+    try:
+        for i in range(4):                      # 4 chunks of 2 layers into 6 layer slots
+            objs = b.batched_allocate(layer_shape, torch.float16, batch_size=2,
+                                      busy_loop=False)
+            assert objs is not None
+            kit.check(f"allocate {i}")
+            for layer_key, obj in zip(key(i).split_layers(2), objs, strict=True):
+                b.submit_put_task(layer_key, obj)
+                obj.ref_count_down()
+            kit.check(f"put {i}")
+        host = rec.snapshot().tier("host")
+        evicted = monitor.interval_local_cpu_evict_keys_count - evicted_before
+        assert host.evictions["capacity"] == evicted == 2   # one chunk: both its layers
+        assert (host.allocations, host.stores, host.cached_blocks) == (8, 8, 6)
+        assert host.capacity_blocks == 6
+    finally:
+        inst.unwrap()
+        b.clear()
