@@ -15,7 +15,7 @@ import pytest
 import torch
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.radix_cache import RadixCache
 from sglang_objects import (
     PAGE,
@@ -23,7 +23,6 @@ from sglang_objects import (
     device_pool,
     gpu_truth,
     insert,
-    key,
     match,
     paged_allocator,
     radix_cache,

@@ -1,0 +1,12 @@
+"""Fixtures of the SGLang 0.5.23 suite: the scheduler loop with its CPU stand-ins."""
+
+from __future__ import annotations
+
+import pytest
+from scheduler_loop import install_stand_ins
+
+
+@pytest.fixture
+def stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two CUDA-only calls replaced for one test (see ``scheduler_loop``)."""
+    install_stand_ins(monkeypatch)
