@@ -30,9 +30,9 @@ allocator's ``evict_to_free_tokens``)      ``num_tokens_evicted`` (outermost cal
 ``_execute_kv_backup`` -> None (host       ``rec.link(gpu, host).drop(n)``: n device
 eviction cannot make room), or the         pages refused a backup, each once until it
 controller's ``write`` -> None             is freed or backed up
-``writing_check`` / ``loading_check``      the device time of each acknowledged copy
-                                           (only where SGLang times it), to the
-                                           gpu<->host links
+``writing_check`` / ``loading_check``      ``link.timed(s)``: the device time of each
+                                           copy it reaped, for the copies SGLang times
+                                           (``HiCacheAck.timing_enabled``; not on CPU)
 =========================================  ===========================================
 
 Lookups: the scheduler re-runs ``match_prefix`` for a waiting request every round
@@ -260,31 +260,26 @@ def _backed_up(inst: TreeInstrumentation, state: None, result: Any, node_id: Any
                   host.tier.name if host is not None else HOST)
 
 
-def _acks(queue_name: str) -> Any:
-    def pending_acks(inst: TreeInstrumentation, *args: Any, **kwargs: Any) -> list[Any]:
-        controller = getattr(inst.target, "cache_controller", None)
-        return list(getattr(controller, queue_name, None) or ())
-    return pending_acks
-
-
 def _timed(offload: bool, queue_name: str) -> Any:
-    def acknowledged(inst: TreeInstrumentation, before: list[Any], result: Any,
-                     *args: Any, **kwargs: Any) -> None:
+    def reaped(inst: TreeInstrumentation, state: None, result: Any, *args: Any,
+               **kwargs: Any) -> None:
         inst.gpu.settle()
         controller = getattr(inst.target, "cache_controller", None)
-        if not before or controller is None:
+        host: Any = getattr(controller, MARKER, None)
+        timed = getattr(host, "timed", None)
+        pending = timed[offload] if timed else None
+        if not pending:             # CPU: torch.cpu.Event cannot time; SGLang has none
             return
         left = {id(ack) for ack in getattr(controller, queue_name, ())}
-        timed = [ack for ack in before
-                 if id(ack) not in left and getattr(ack, "timing_enabled", False)]
-        if not timed:               # CPU: torch.cpu.Event cannot time; SGLang has none
+        done = [ack for ack in pending if id(ack) not in left]
+        if not done:
             return
-        host = getattr(getattr(controller, MARKER, None), "host", None)
-        gpu, host_tier = inst.gpu.tier.name, host.tier.name if host is not None else HOST
+        pending[:] = [ack for ack in pending if id(ack) in left]
+        gpu, host_tier = inst.gpu.tier.name, host.host.tier.name
         link = inst.rec.link(gpu, host_tier) if offload else inst.rec.link(host_tier, gpu)
-        for ack in timed:
+        for ack in done:
             link.timed(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)
-    return acknowledged
+    return reaped
 
 
 _ALLOCATOR_PATHS = ("alloc_extend", "alloc_decode", "free_group_end", "clear")
@@ -311,10 +306,10 @@ TREE_SPEC = AdapterSpec(TREE_COMPONENT, ("BasePrefixCache",), (
     # 0.5.23: the tree refuses a backup itself when host eviction cannot make room
     Hook("_execute_kv_backup", ("node_id", "device_value"), "drop", after=_backed_up,
          optional=True),
-    Hook("writing_check", (), "track", before=_acks("ack_write_queue"),
-         after=_timed(True, "ack_write_queue"), optional=True),
-    Hook("loading_check", (), "track", before=_acks("ack_load_queue"),
-         after=_timed(False, "ack_load_queue"), optional=True),
+    Hook("writing_check", (), "track", after=_timed(True, "ack_write_queue"),
+         optional=True),
+    Hook("loading_check", (), "track", after=_timed(False, "ack_load_queue"),
+         optional=True),
     *(Hook(name, (), "free, reuse", after=_settle_tree, optional=True)
       for name in _TREE_MUTATORS),
 ), state=("evictable_size", "protected_size"))

@@ -64,6 +64,8 @@ from kvobs.tiers import GPU, HOST
 HOST_COMPONENT = "sglang.host_pool"
 CONTROLLER_COMPONENT = "sglang.cache_controller"
 HOST_KINDS = ("HostKVCache",)
+#: Timed copies remembered until reaped (a tree not instrumented never reaps them).
+TIMED_LIMIT = 1024
 
 
 class HostInstrumentation(Instrumentation):
@@ -122,6 +124,9 @@ class ControllerInstrumentation(Instrumentation):
         self.host = host
         self.pool_bytes = pool_bytes       # one token's bytes per member pool
         self.anchor_bytes = next(iter(pool_bytes.values()), 0)
+        #: queued copies SGLang times on the device, until the tree reaps them
+        #: ({offload: [HiCacheAck]}, read by the tree's writing_check / loading_check)
+        self.timed: dict[bool, list[Any]] = {True: [], False: []}
         gpu = getattr(getattr(controller, "mem_pool_device_allocator", None), MARKER, None)
         #: device pages refused a backup, shared with the allocator's instrumentation
         #: (which forgets a page when it is freed)
@@ -140,8 +145,10 @@ def _queued(queue_name: str, offload: bool) -> Any:
         host = inst.host
         link = inst.rec.link(host.gpu_tier, host.tier.name) if offload else \
             inst.rec.link(host.tier.name, host.gpu_tier)
-        sizes = inst.pool_bytes
+        sizes, timed = inst.pool_bytes, inst.timed[offload]
         for ack in acks:
+            if getattr(ack, "timing_enabled", False) and len(timed) < TIMED_LIMIT:
+                timed.append(ack)
             tokens = int(ack.num_tokens)
             by_pool = getattr(ack, "num_tokens_by_pool", None)
             nbytes = sum(n * sizes.get(name, 0) for name, n in by_pool.items()) if by_pool \

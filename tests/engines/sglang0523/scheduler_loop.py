@@ -31,6 +31,11 @@ CPU stand-ins (CUDA-only calls; they move bytes or pin pages, no bookkeeping):
   (the device<->host copy of the ``direct`` I/O backend): the same rows copied with
   torch indexing, layer by layer.
 
+One test adds a third, :class:`StandInTimingEvent`, for the CUDA timing events
+(``torch.cuda.Event(enable_timing=True)``, which ``l2_transfer.make_timing_event_pair``
+makes; ``torch.cpu.Event`` cannot time): each pair reports a fixed device time, so the
+path SGLang takes on a GPU (``HiCacheAck.timing_enabled``) runs on CPU.
+
 SGLang's truth: its ``RadixCacheMetricsCollector`` (counters ``sglang:evicted_tokens_total``,
 ``sglang:hicache_backup_{tokens,bytes}_total``, ``sglang:load_back_{tokens,bytes}_total``,
 ``sglang:hicache_dropped_tokens_total``, the duration histograms) in a registry of its
@@ -82,6 +87,36 @@ def stand_in_transfer_kv_direct(src_layers: Sequence[torch.Tensor],
     ``src -> dst`` per layer (the bytes only; SGLang keeps all bookkeeping)."""
     for src, dst in zip(src_layers, dst_layers, strict=True):
         dst[dst_indices.to(dst.device)] = src[src_indices.to(src.device)]
+
+
+class StandInTimingEvent:
+    """Stand-in for a CUDA timing event: complete at once; a pair spans ``ms``."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def record(self, stream: Any = None) -> None:
+        """Nothing is queued on a CPU stream."""
+
+    def wait(self, stream: Any = None) -> None:
+        """Nothing to wait for."""
+
+    def synchronize(self) -> None:
+        """Complete already."""
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: StandInTimingEvent) -> float:
+        return end.ms
+
+
+def install_timing_stand_in(monkeypatch: Any, ms: float) -> None:
+    """Every HiCache copy gets a stand-in timing event pair reporting ``ms``."""
+    from sglang.srt.mem_cache import l2_transfer
+
+    monkeypatch.setattr(l2_transfer, "make_timing_event_pair",
+                        lambda: (StandInTimingEvent(0.0), StandInTimingEvent(ms), True))
 
 
 def install_stand_ins(monkeypatch: Any) -> None:

@@ -32,7 +32,7 @@ import random
 
 import pytest
 import structlog.testing
-from scheduler_loop import Engine
+from scheduler_loop import Engine, install_timing_stand_in
 from sglang.srt.managers.cache_controller import HiCacheController
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.hicache_storage import PoolName
@@ -146,6 +146,22 @@ def test_no_transfer_durations_where_sglang_has_no_device_timing(stand_ins):
     for name in ("sglang:hicache_backup_duration_seconds_count",
                  "sglang:load_back_duration_seconds_count"):
         assert engine.metric(name) == 0, "SGLang timed a copy on CPU: compare durations"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_durations_are_sglangs_device_times_of_the_reaped_copies(stand_ins, monkeypatch,
+                                                                 policy):
+    install_timing_stand_in(monkeypatch, ms=2.5)     # a GPU's timing events (stand-in)
+    engine = Engine(write_policy=policy, tokens=256, host_ratio=4.0)
+    rec, kit = instrumented(engine)
+    host_hit_workload(engine, kit)
+    snap = rec.snapshot()
+    for link, metric in ((("gpu", "host"), "sglang:hicache_backup_duration_seconds"),
+                         (("host", "gpu"), "sglang:load_back_duration_seconds")):
+        got = snap.link(*link)
+        copies = engine.metric(f"{metric}_count")
+        assert copies > 0 and len(rec.link(*link).durations) == copies
+        assert got.seconds == pytest.approx(engine.metric(f"{metric}_sum"))
 
 
 def test_full_host_write_through_drops_each_refused_page_once(stand_ins, monkeypatch):
