@@ -2,10 +2,71 @@
 
 from __future__ import annotations
 
-from mutants.common import Mutant
+from mutants.common import Mutant, keyword, recorder_call
 
+ADAPTER = "kvobs/adapters/lmcache"
 SUITES = ((".venv-lmcache/bin/python", "tests/engines/lmcache056"),)
 
 
 def mutants() -> list[Mutant]:
-    return []
+    backend, engine = f"{ADAPTER}/backend.py", f"{ADAPTER}/engine.py"
+    lookup = "    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host)"
+    return [
+        # the host tier (LocalCPUBackend and its memory allocator)
+        *recorder_call("host.allocate", backend,
+                       "    if obj is not None:\n        inst.tier.allocate(1)", "1"),
+        *recorder_call("host.allocate(batched)", backend, "inst.tier.allocate(len(objs))",
+                       "len(objs)"),
+        *recorder_call("host.free(put)", backend,
+                       "inst.tier.free(1)                 # the writer's", "1"),
+        *recorder_call("host.store", backend, "inst.tier.store(1, keys=(key,))", "1"),
+        *recorder_call("host.reuse", backend, "inst.tier.reuse(1, keys=(key,))", "1"),
+        *recorder_call("host.free(read)", backend, "inst.tier.free(1, cached=True)", "1"),
+        *recorder_call("host.reuse(batched)", backend,
+                       "inst.tier.reuse(len(objs), keys=keys[: len(objs)])", "len(objs)"),
+        *recorder_call("host.free(batched read)", backend,
+                       "inst.tier.free(len(objs), cached=True)", "len(objs)"),
+        *recorder_call("host.evict(remove)", backend, "inst.tier.evict(1, reason, keys=(key,))",
+                       "1"),
+        *recorder_call("host.allocate(evicted while read)", backend,
+                       "memory stays in use\n        inst.tier.allocate(1)",
+                       "1"),
+        *recorder_call("host.evict(popped)", backend, 'owner.tier.evict(1, "capacity")', "1"),
+        *recorder_call("host.free(dropped)", backend, "    owner.tier.free(1)\n", "1"),
+        Mutant("host.found:doubled", backend, "inst.found += int(hits)",
+               "inst.found += 2 * int(hits)"),
+        Mutant("host.found:dropped", backend, "inst.found += int(hits)",
+               "inst.found += 0 * int(hits)"),
+        # lookups (LMCacheEngine.lookup)
+        *recorder_call("lookup.tokens", engine, lookup, "tokens"),
+        *keyword("lookup.host_hit", engine, lookup, "host_hit", "host"),
+        *keyword("lookup.disk_hit", engine, lookup, "disk_hit", "hit - host"),
+        Mutant("lookup.count:doubled", engine, lookup,
+               lookup.replace("    inst.rec.lookup(", "    inst.rec.lookup(0)\n"
+                              "    inst.rec.lookup(", 1)),
+        Mutant("lookup.count:dropped", engine, lookup,
+               lookup.replace("    inst.rec.lookup(", "    (lambda *a, **k: None)(", 1)),
+        # transfers (the GPU connector's copies) and LMCache's timings of them
+        *recorder_call("offload.blocks", engine, "inst.offload.transfer(chunks, nbytes)",
+                       "chunks"),
+        Mutant("offload.bytes:doubled", engine, "inst.offload.transfer(chunks, nbytes)",
+               "inst.offload.transfer(chunks, 2 * nbytes)"),
+        Mutant("offload.bytes:dropped", engine, "inst.offload.transfer(chunks, nbytes)",
+               "inst.offload.transfer(chunks, 0)"),
+        Mutant("offload.operations:doubled", engine,
+               "        inst.offload.transfer(chunks, nbytes)\n",
+               "        inst.offload.transfer(chunks, nbytes)\n"
+               "        inst.offload.transfer(0, 0)\n"),
+        *recorder_call("onload.blocks", engine, "inst.onload.transfer(chunks, nbytes)",
+                       "chunks"),
+        Mutant("onload.bytes:doubled", engine, "inst.onload.transfer(chunks, nbytes)",
+               "inst.onload.transfer(chunks, 2 * nbytes)"),
+        Mutant("onload.bytes:dropped", engine, "inst.onload.transfer(chunks, nbytes)",
+               "inst.onload.transfer(chunks, 0)"),
+        Mutant("onload.operations:doubled", engine,
+               "        inst.onload.transfer(chunks, nbytes)\n",
+               "        inst.onload.transfer(chunks, nbytes)\n"
+               "        inst.onload.transfer(0, 0)\n"),
+        *recorder_call("offload.seconds", engine, "inst.offload.timed(seconds)", "seconds"),
+        *recorder_call("onload.seconds", engine, "inst.onload.timed(seconds)", "seconds"),
+    ]

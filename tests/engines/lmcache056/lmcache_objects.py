@@ -101,6 +101,13 @@ def destroy(instance: str = INSTANCE) -> None:
     LMCacheEngineBuilder.destroy(instance)
 
 
+def destroy_all() -> None:
+    """Destroy every engine still built: LMCache's storage threads (not daemons) would
+    keep the test process alive after a failure."""
+    for instance in list(LMCacheEngineBuilder._instances):
+        LMCacheEngineBuilder.destroy(instance)
+
+
 # --- LMCache's own account -------------------------------------------------------------
 
 COUNTERS = {  # name in these tests -> LMCache's Prometheus series

@@ -27,6 +27,7 @@ from lmcache_objects import (
     build_engine,
     chats,
     destroy,
+    destroy_all,
     lmcache_metrics,
 )
 
@@ -59,11 +60,25 @@ class Run:
     after_clear: dict
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_engine_outlives_the_module():
+    yield
+    destroy_all()
+
+
 @pytest.fixture(scope="module")
 def run():
     engine = build_engine()
     rec = Recorder(engine="lmcache", model="tiny-llama")
     inst = instrument_lmcache_engine(engine, rec)   # after the connector's __init__
+    try:   # LMCache's storage threads keep the process alive until the engine is destroyed
+        yield serve_all(engine, rec, inst)
+    finally:
+        inst.unwrap()
+        destroy()
+
+
+def serve_all(engine, rec, inst) -> Run:
     assert inst.active and inst.backend is None     # no storage yet
     engine.post_init()                               # the connector's register_kv_caches
     assert inst.backend is not None and inst.backend.active
@@ -87,16 +102,12 @@ def run():
             # the buffer was full: what LMCache holds is what it can hold
             assert now["local_cache_usage"] == capacity_truth * CHUNK_BYTES
     lmcache = delta(lmcache_metrics(engine), start)
-    before_clear = rec.snapshot()
     cleared = engine.clear()
     after_clear = delta(lmcache_metrics(engine), start)
     kit.check("clear")
-    yield Run(rec, inst, outcomes, lmcache, events, capacity_truth,
-              engine.storage_manager.local_cpu_backend.calculate_chunk_budget(), kit.steps,
-              driver.onloads_checked, cleared, after_clear)
-    assert before_clear is not None
-    inst.unwrap()
-    destroy()
+    return Run(rec, inst, outcomes, lmcache, events, capacity_truth,
+               engine.storage_manager.local_cpu_backend.calculate_chunk_budget(), kit.steps,
+               driver.onloads_checked, cleared, after_clear)
 
 
 def test_the_workload_is_what_it_claims(run):
@@ -241,10 +252,11 @@ def test_hits_behind_the_cpu_backend_are_disk_hits_as_lmcache_pinned_them(tmp_pa
 
 def test_instrumenting_a_post_initialised_engine_attaches_the_backend_at_once():
     engine = build_engine(instance="late")
-    engine.post_init()
-    rec = Recorder()
-    inst = instrument_lmcache_engine(engine, rec)
+    inst = None
     try:
+        engine.post_init()
+        rec = Recorder()
+        inst = instrument_lmcache_engine(engine, rec)
         assert inst.backend is not None and inst.backend.active
         assert rec.snapshot().tier("host").capacity_blocks == HOST_CHUNKS
         with pytest.raises(AdapterError, match="already instrumented"):
@@ -261,7 +273,8 @@ def test_instrumenting_a_post_initialised_engine_attaches_the_backend_at_once():
                 "lookup", "post_init", "allocate", "free", "batched_from_gpu",
                 MARKER)), f"{type(obj).__name__} still wrapped"
     finally:
-        inst.unwrap()
+        if inst is not None:
+            inst.unwrap()
         destroy("late")
 
 
