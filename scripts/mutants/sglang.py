@@ -1,11 +1,68 @@
-"""sglang mutants: every event the sglang adapter records, doubled and dropped."""
+"""SGLang mutants: every event the SGLang adapter records, doubled and dropped.
+
+Judged by the SGLang 0.5.23 suite (its scheduler loop on ``UnifiedRadixCache`` +
+``init_hicache``, and the bare ``RadixCache`` / ``HiCacheController`` objects).
+"""
 
 from __future__ import annotations
 
-from mutants.common import Mutant
+from mutants.common import Mutant, keyword, recorder_call
 
+ADAPTERS = "kvobs/adapters/sglang"
 SUITES = ((".venv-sglang/bin/python", "tests/engines/sglang0523"),)
 
 
+def _list_arg(event: str, path: str, old: str, name: str) -> list[Mutant]:
+    """Doubled / dropped mutants of a list argument ``name`` inside ``old``."""
+    return [Mutant(f"{event}:doubled", path, old, old.replace(name, f"2 * {name}", 1)),
+            Mutant(f"{event}:dropped", path, old, old.replace(name, f"0 * {name}", 1))]
+
+
 def mutants() -> list[Mutant]:
-    return []
+    gpu, host = f"{ADAPTERS}/gpu.py", f"{ADAPTERS}/host.py"
+    lookup = "inst.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=min(promised, loaded))"
+    timed = "link.timed(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)"
+    transfer = "            link.transfer(tokens // host.page, nbytes)\n"
+    return [
+        # the GPU tier: allocator and radix cache
+        *recorder_call("gpu.allocate", gpu, "self.tier.allocate(taken)", "taken"),
+        *recorder_call("gpu.free(emptied)", gpu, "self.tier.free(freed - absorbed)",
+                       "freed - absorbed"),
+        *recorder_call("gpu.free(cached)", gpu, "self.tier.free(grown, cached=True)", "grown"),
+        *recorder_call("gpu.reuse", gpu, "self.tier.reuse(-grown)", "-grown"),
+        *recorder_call("gpu.evict(capacity)", gpu, 'gpu.tier.evict(pages, "capacity")',
+                       "pages"),
+        *recorder_call("gpu.evict(reset)", gpu, 'gpu.tier.evict(gpu.cached_pages, "reset")',
+                       "gpu.cached_pages"),
+        # lookups: one per admitted request
+        *recorder_call("lookup.tokens", gpu, lookup, "tokens"),
+        *keyword("lookup.gpu_hit", gpu, lookup, "gpu_hit", "gpu_hit"),
+        *keyword("lookup.host_hit", gpu, lookup, "host_hit", "min(promised, loaded)"),
+        # refused backups (drops): the shared counter and both callers
+        *recorder_call("drop", gpu, "rec.link(src, dst).drop(len(new))", "len(new)"),
+        *_list_arg("drop(tree refused)", gpu, "refuse_backup(inst.rec, gpu.refused, pages,",
+                   "pages,"),
+        *_list_arg("drop(controller refused)", host,
+                   "refuse_backup(inst.rec, inst.refused, pages,", "pages,"),
+        # durations: SGLang's device time of each reaped copy
+        Mutant("transfer.seconds:doubled", gpu, timed, timed.replace("(ack.", "(2 * ack.", 1)),
+        Mutant("transfer.seconds:dropped", gpu, timed, timed.replace("(ack.", "(0 * ack.", 1)),
+        # the host tier: the group's anchor pool
+        *recorder_call("host.store", host,
+                       "inst.tier.store(need_size // inst.page, keys=inst.pages(indices))",
+                       "need_size // inst.page"),
+        *recorder_call("host.evict(other)", host,
+                       'inst.tier.evict(len(keys), "other", keys=keys)', "len(keys)"),
+        *recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")', "cached"),
+        *recorder_call("host.reuse(load)", host,
+                       "host.tier.reuse(pages, keys=host.pages(host_indices))", "pages"),
+        *recorder_call("host.free(load)", host, "host.tier.free(pages, cached=True)", "pages"),
+        # transfers: one per queued copy (HiCacheAck)
+        *recorder_call("transfer.blocks", host, transfer, "tokens // host.page"),
+        Mutant("transfer.bytes:doubled", host, transfer,
+               transfer.replace(", nbytes)", ", 2 * nbytes)")),
+        Mutant("transfer.bytes:dropped", host, transfer,
+               transfer.replace(", nbytes)", ", 0 * nbytes)")),
+        Mutant("transfer.operations:doubled", host, transfer,
+               transfer + "            link.transfer(0, 0)\n"),
+    ]

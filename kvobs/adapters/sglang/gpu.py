@@ -43,6 +43,13 @@ counts it once, with ``device_prefix_len`` as GPU hit and the host tokens
 split SGLang's ``PrefillAdder`` reports as ``cached_tokens`` from device and host.
 A retracted request readmitted counts again (SGLang leaves it out of its split).
 
+Drops: with a full host, 0.5.23's tree refuses a backup itself (its private
+``_execute_kv_backup`` returns None when host eviction cannot make room; the only place
+the refusal is visible, hooked if present) and retries the node on later hits. kvobs
+counts a refused device page once until it is freed or backed up; SGLang counts the
+same pages in ``sglang:hicache_dropped_tokens_total`` when it destroys them unbacked
+(write-back: at once; write-through: when they are evicted).
+
 Occupancy is read from the engine at collection, after a last settle, so the flows
 identity holds exactly at every snapshot (``kvobs.testing`` checks it). Between a
 tree's ``reset`` and the allocator's ``clear`` (one ``flush_cache``) the flows lag the

@@ -6,10 +6,10 @@ is a ``HostPoolGroup``: an anchor KV pool (``MHATokenToKVPoolHost``...) plus sid
 (SWA, Mamba, indexer) on hybrid models. A bare ``HiCacheController`` over one
 ``HostKVCache`` is accepted too.
 
-A host block is one host *page* of the anchor pool (``page_size`` tokens); its bytes
-are the page's bytes summed over every pool of the group. Every reserved host page
-holds backed-up KV, so the host tier's pages are all cached (none in use). Keys for the
-thrash tracker are host page ids.
+A host block is one host *page* of the anchor pool (``page_size`` tokens); the host
+tier's page bytes are the page's tokens times one token's bytes summed over every pool
+of the group. Every reserved host page holds backed-up KV, so the host tier's pages are
+all cached (none in use). Keys for the thrash tracker are host page ids.
 
 =======================================  =============================================
 engine call                              events
@@ -19,23 +19,30 @@ anchor pool ``free``                     ``evict(pages, "other", keys)`` (the po
                                          not told why: host eviction, a rollback)
 anchor pool ``clear``                    ``evict(cached, "reset")``
 controller ``start_writing`` (an ack     ``rec.link(gpu, host).transfer(pages, bytes)``
-queued)                                  for the merged copy, pages = its tokens / page
+queued)                                  for the merged copy: pages = its tokens /
+                                         page, bytes = its tokens per pool
+                                         (``num_tokens_by_pool``) times that pool's
+                                         bytes per token, summed
 controller ``start_loading`` (an ack     ``rec.link(host, gpu).transfer(pages, bytes)``
-queued)
+queued)                                  likewise
 controller ``load`` (not None)           host ``reuse(pages, keys)`` + ``free(pages,
                                          cached=True)``: a host hit read back; the host
                                          copy stays cached
 controller ``write`` -> None             ``rec.link(gpu, host).drop(n)``: n device pages
                                          whose backup the full host refused, each once
-                                         until it is freed or backed up
+                                         until it is freed or backed up (the tree's own
+                                         refusals: :mod:`.gpu`)
 =======================================  =============================================
 
 Transfers count when the controller queues the merged copy (``HiCacheAck``) on its
 transfer stream; SGLang's own counters (``sglang:hicache_backup_*``,
 ``sglang:load_back_*``) count the same ack when ``writing_check`` / ``loading_check``
-reaps it, so the two agree whenever no copy is in flight. Durations come only from the
-device events SGLang times the copies with (see :mod:`.gpu`: ``writing_check`` /
-``loading_check`` of the tree); on CPU torch has no timing events and there are none.
+reaps it, so the two agree whenever no copy is in flight. Durations are SGLang's device
+times only: a queued ack with ``timing_enabled`` is kept (at most
+:data:`TIMED_LIMIT`) until the tree's ``writing_check`` / ``loading_check`` reaps it,
+then its event pair's ``elapsed_time`` is the duration (:mod:`.gpu`). On CPU torch has
+no timing events: no durations, and SGLang has none either. A sidecar transfer riding
+another pool's indices (excluded from ``num_tokens_by_pool``) is not in the bytes.
 
 Example:
     >>> inst = instrument_cache_controller(tree.cache_controller, rec)  # doctest: +SKIP

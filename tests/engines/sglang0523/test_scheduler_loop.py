@@ -160,7 +160,7 @@ def test_durations_are_sglangs_device_times_of_the_reaped_copies(stand_ins, monk
                          (("host", "gpu"), "sglang:load_back_duration_seconds")):
         got = snap.link(*link)
         copies = engine.metric(f"{metric}_count")
-        assert copies > 0 and len(rec.link(*link).durations) == copies
+        assert copies > 0 and len(rec.link(*link).durations) == copies == got.operations
         assert got.seconds == pytest.approx(engine.metric(f"{metric}_sum"))
 
 
