@@ -328,3 +328,25 @@ def test_an_engine_of_another_version_is_left_alone_with_one_warning():
     assert "lookup(token_ids, lookup_id) does not start with (tokens, hashes, offsets)" in \
         problems
     assert "config.chunk_size is missing" in problems
+
+
+def test_an_unhealthy_engine_s_lookups_are_counted_by_neither():
+    """LMCache answers a lookup of an engine marked failed with 0 and counts nothing."""
+    engine = build_engine(instance="unhealthy")
+    inst = None
+    try:
+        engine.post_init()
+        rec = Recorder()
+        inst = instrument_lmcache_engine(engine, rec)
+        driver = ConnectorDriver(engine)
+        driver.serve(list(range(1, 50)))
+        before = lmcache_metrics(engine, "unhealthy")
+        engine.mark_init_failed("test: storage lost")
+        assert driver.lookup_client.lookup(list(range(1, 50)), lookup_id="x") == 0
+        lm = delta(lmcache_metrics(engine, "unhealthy"), before)
+        assert lm["lookup_requests"] == 0 and rec.snapshot().lookups.lookups == 1
+        assert rec.snapshot().errors == {}
+    finally:
+        if inst is not None:
+            inst.unwrap()
+        destroy("unhealthy")
