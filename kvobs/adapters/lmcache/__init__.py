@@ -22,8 +22,12 @@ with vLLM's ``kv_connector_module_path``::
         def register_kv_caches(self, kv_caches):
             super().register_kv_caches(kv_caches)        # LMCache's post_init ran
             engine = LMCacheEngineBuilder.get(ENGINE_NAME)
-            if engine is not None:                       # worker role only
+            if engine is not None:                       # None: LMCache failed to start
                 instrument_lmcache_engine(engine, rec)   # rec: this worker's Recorder
+
+(vLLM's ``use_native`` copy of the connector registers its engine under the same name.)
+The example is not run here (no vLLM in LMCache's test venv); the engine calls it relies
+on are, in ``tests/engines/lmcache056``.
 
 Each tensor-parallel worker has its own engine and answers every lookup: give each its
 own recorder (a ``tp_rank`` label), as LMCache's own metrics are per worker.
