@@ -48,7 +48,8 @@ class LMCacheEngineInstrumentation(Instrumentation):
     """Wrappers on one ``LMCacheEngine``, its GPU connector and the stats monitor.
 
     Attributes:
-        backend: the ``LocalCPUBackend``'s instrumentation, once LMCache built it.
+        backend: the ``LocalCPUBackend``'s instrumentation, once LMCache built it (None
+            while it is not instrumented: every hit then counts as a host hit).
         tier_name: the tier the backend counts as.
         capacity_blocks: the capacity passed on to the backend's tier (None: read it).
     """
@@ -74,11 +75,13 @@ class LMCacheEngineInstrumentation(Instrumentation):
                       component=COMPONENT, missing="StorageManager.local_cpu_backend",
                       action="lookups and transfers counted, no host tier")
             return
-        self.backend = instrument_local_cpu_backend(
+        inst = instrument_local_cpu_backend(
             backend, self.rec, block_tokens=self.chunk_tokens,
             block_bytes=backend.get_full_chunk_size_bytes(),
             capacity_blocks=self.capacity_blocks, tier=self.tier_name)
-        self.on_unwrap(self.backend.unwrap)
+        if inst.active:                   # else one warning said why; hits count as host
+            self.backend = inst
+            self.on_unwrap(inst.unwrap)
 
 
 # --- readers of the engine ------------------------------------------------------------

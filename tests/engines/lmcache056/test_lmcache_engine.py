@@ -350,3 +350,34 @@ def test_an_unhealthy_engine_s_lookups_are_counted_by_neither():
         if inst is not None:
             inst.unwrap()
         destroy("unhealthy")
+
+
+def test_a_cpu_backend_of_another_version_leaves_lookups_and_transfers_counted(monkeypatch):
+    from kvobs.adapters.lmcache import backend as backend_adapter
+    spec = backend_adapter.SPEC
+    monkeypatch.setattr(backend_adapter, "SPEC", dataclasses.replace(
+        spec, hooks=(*spec.hooks, dataclasses.replace(spec.hooks[0], method="put_v2"))))
+    engine = build_engine(instance="other-backend")
+    inst = None
+    try:
+        rec = Recorder()
+        inst = instrument_lmcache_engine(engine, rec)
+        with structlog.testing.capture_logs() as logs:
+            engine.post_init()
+        assert inst.backend is None
+        assert [e["problems"] for e in logs if e["event"] ==
+                "kvobs_adapter_unsupported_version"] == [["LocalCPUBackend.put_v2 is missing"]]
+        before = lmcache_metrics(engine, "other-backend")
+        driver = ConnectorDriver(engine)
+        for prompt in (list(range(1, 84)), list(range(500, 540)), list(range(1, 84))):
+            driver.serve(prompt)
+        lm, snap = delta(lmcache_metrics(engine, "other-backend"), before), rec.snapshot()
+        assert snap.tiers == ()                         # no host tier, not half of one
+        assert (snap.lookups.lookups, snap.lookups.host_hit) == \
+            (lm["lookup_requests"], lm["lookup_hits"]) == (3, 80)
+        assert snap.link("gpu", "host").blocks == lm["stored_tokens"] // CHUNK
+        assert snap.errors == {}
+    finally:
+        if inst is not None:
+            inst.unwrap()
+        destroy("other-backend")
