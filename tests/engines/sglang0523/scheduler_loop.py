@@ -234,6 +234,14 @@ class Engine:
                 return n
         raise AssertionError("the loop did not drain")
 
+    def flush_cache(self) -> None:
+        """``Scheduler.flush_cache`` of an idle scheduler (``/flush_cache``)."""
+        assert not self.waiting and (self.running is None or self.running.is_empty())
+        self.tree.reset()
+        self.req_to_token.clear()
+        self.allocator.clear()
+        self.req_to_token.reset_aux_cache_allocator()
+
     def _prefill_batch(self) -> ScheduleBatch | None:
         running = self.running if self.running is not None and not self.running.is_empty() \
             else None

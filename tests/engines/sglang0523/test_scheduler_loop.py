@@ -201,6 +201,22 @@ def test_full_host_write_back_drops_the_subtrees_it_destroys(stand_ins):
         engine.metric("sglang:evicted_tokens_total")
 
 
+def test_flush_cache_evicts_both_tiers(stand_ins):
+    engine = Engine(tokens=256, host_ratio=4.0)
+    rec, kit = instrumented(engine)
+    host_hit_workload(engine, kit)
+    (_, gpu_cached), (_, host_cached) = engine.truth()["gpu"], engine.truth()["host"]
+    assert gpu_cached > 0 and host_cached > 0
+    engine.flush_cache()
+    snap = Conformance(rec, truth=engine.truth).check("flushed")
+    assert engine.truth() == {"gpu": (0, 0), "host": (0, 0)}
+    assert snap.tier("gpu").evictions["reset"] == gpu_cached
+    assert snap.tier("host").evictions["reset"] == host_cached
+    engine.submit(prompts(3, 1, 40)[0], max_new_tokens=2)   # serves again, from scratch
+    drive(engine, kit)
+    assert rec.snapshot().lookups.lookups == len(engine.admitted)
+
+
 def test_a_kvobs_failure_is_counted_and_the_engine_goes_on(stand_ins, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("kvobs reader broken")
