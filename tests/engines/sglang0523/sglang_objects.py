@@ -1,7 +1,10 @@
-"""Real SGLang 0.5.23 objects built on CPU, and the engine's own account of them.
+"""Bare SGLang 0.5.23 objects (RadixCache, HiCacheController, HostKVCache) built on CPU.
+
+The scheduler's own stack is ``scheduler_loop``; these are the pieces a user can still
+assemble by hand.
 
 Only the GPU copy kernel of HiCache (``sgl_kernel``'s ``transfer_kv_direct``) has no CPU
-build; the ``cpu_copy_kernel`` fixture stands in for it, so ``HiCacheController.write``
+build; the stand-in ``cpu_transfer_kv_direct`` replaces it, so ``HiCacheController.write``
 / ``load`` / ``start_loading`` and the host pool run their real code on CPU.
 """
 
@@ -27,7 +30,7 @@ Truth = Callable[[], dict[str, tuple[int, int]]]
 
 class Request:
     """What the scheduler's ``match_prefix`` call carries in ``params.req``: an opaque tag
-    to RadixCache (SGLang's own ``Req`` needs the ``openai`` package to import)."""
+    to RadixCache. The scheduler's real ``Req`` objects run in ``scheduler_loop``."""
 
 
 def device_pool(page: int = PAGE) -> MHATokenToKVPool:
