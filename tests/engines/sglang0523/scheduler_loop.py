@@ -6,8 +6,11 @@ Built as ``create_unified_radix_cache`` builds it with ``--enable-hierarchical-c
 ``init_hicache`` (``HybridCacheController`` over a ``HostPoolGroup`` whose anchor is an
 ``MHATokenToKVPoolHost``). One :meth:`Engine.step` is one scheduler iteration:
 
-1. ``tree_cache.check_hicache_events()`` (reaps finished backups and load-backs);
-2. ``get_new_batch_prefill``: a real ``PrefillAdder``; every waiting request in order
+1. ``tree_cache.check_hicache_events()`` (reaps finished backups and load-backs); a
+   chunked request's computed chunk is stashed (``checkpoint_kv_cache``);
+2. ``get_new_batch_prefill``: a real ``PrefillAdder`` (``chunk``: the chunked-prefill
+   size; the chunked request continues through ``add_chunked_req``, not re-matched);
+   every waiting request in order
    gets ``Req.init_next_round_input(tree_cache)`` (``match_prefix``) and
    ``adder.add_one_req`` (``init_load_back`` for host hits) until one is refused; the
    admitted ones become a real ``ScheduleBatch`` (``init_new``),
@@ -15,7 +18,7 @@ Built as ``create_unified_radix_cache`` builds it with ``--enable-hierarchical-c
    (``alloc_paged_token_slots_extend``, evicting through ``evict_for_alloc``);
 3. otherwise the running batch decodes: ``filter_batch``, ``prepare_for_decode()``
    (``alloc_paged_token_slots_decode``);
-4. the results: every request gets one output token; finished ones
+4. the results: every request whose prompt is done gets one output token; finished ones
    ``release_kv_cache(req, tree_cache, checkpoint=True)``, unfinished prefills
    ``checkpoint_kv_cache``; the prefill batch merges into the running batch.
 
@@ -145,6 +148,7 @@ class Engine:
     host_ratio: float = 2.0
     max_reqs: int = 16
     context: int = 512
+    chunk: int | None = None      # --chunked-prefill-size (None: prompts whole)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -180,6 +184,7 @@ class Engine:
         self.host_pool = self.group.anchor_entry.host_pool
         self.waiting: list[Req] = []
         self.running: ScheduleBatch | None = None
+        self.chunked: Req | None = None  # Scheduler.chunked_req
         self.admitted: list[Req] = []
         self.finished: list[Req] = []
         self.device_hit_tokens = 0     # PrefillAdder.log_device_hit_tokens, summed
@@ -205,12 +210,14 @@ class Engine:
     def step(self) -> str:
         """One iteration; returns ``"prefill"``, ``"decode"`` or ``"idle"``."""
         self.tree.check_hicache_events()
+        if self.chunked is not None and self.chunked.extend_end > self.chunked.prefix_len:
+            checkpoint_kv_cache(self.chunked, self.tree)     # stash_chunked_request
         batch = self._prefill_batch()
         if batch is not None:
             extends = zip(batch.reqs, batch.prefix_lens, strict=True)
             self._write_kv(batch, [r.get_fill_ids()[n:] for r, n in extends])
             self._process(batch, prefill=True)
-            batch.filter_batch()
+            batch.filter_batch(reqs_to_exclude=self.chunked)
             if not batch.is_empty():
                 if self.running is None or self.running.is_empty():
                     self.running = batch
@@ -229,7 +236,7 @@ class Engine:
     def run(self, max_steps: int = 1000) -> int:
         """Step until no request waits or runs; returns the steps taken."""
         for n in range(max_steps):
-            if self.step() == "idle" and not self.waiting:
+            if self.step() == "idle" and not self.waiting and self.chunked is None:
                 self.tree.check_hicache_events()
                 return n
         raise AssertionError("the loop did not drain")
@@ -246,23 +253,33 @@ class Engine:
         running = self.running if self.running is not None and not self.running.is_empty() \
             else None
         adder = PrefillAdder(self.page, self.tree, self.allocator, running, 0.5,
-                             self.tokens * 4, None)
+                             self.tokens * 4, self.chunk)
+        if self.chunked is not None:                     # its next chunk, no new match
+            self.chunked.init_next_round_input()
+            self.chunked = adder.add_chunked_req(self.chunked)
         for req in self.waiting:
             req.init_next_round_input(self.tree)
             self.match_calls += 1
-            if adder.add_one_req(req, has_chunked_req=False,
+            if adder.add_one_req(req, has_chunked_req=self.chunked is not None,
                                  truncation_align_size=None) != AddReqResult.CONTINUE:
                 break
-        admitted = list(adder.can_run_list)
-        if not admitted:
+        scheduled = list(adder.can_run_list)
+        if not scheduled:
             return None
+        if adder.new_chunked_req is not None:
+            assert self.chunked is None
+            self.chunked = adder.new_chunked_req
+        if self.chunked is not None:
+            self.chunked.inflight_middle_chunks += 1
+        admitted = [r for r in scheduled if r in self.waiting]
         self.device_hit_tokens += adder.log_device_hit_tokens
         self.host_hit_tokens += adder.log_host_hit_tokens
         self.prompt_tokens += adder.log_hit_tokens + adder.log_input_tokens
         self.waiting = [r for r in self.waiting if r not in admitted]
         self.admitted += admitted
-        batch = ScheduleBatch.init_new(admitted, self.req_to_token, self.allocator, self.tree,
-                                       _ModelConfig(), False, SpeculativeAlgorithm.NONE)
+        batch = ScheduleBatch.init_new(scheduled, self.req_to_token, self.allocator, self.tree,
+                                       _ModelConfig(), False, SpeculativeAlgorithm.NONE,
+                                       chunked_req=self.chunked)
         self.prefill_batches += 1
         batch.hicache_consumer_index = self.tree.ready_to_load_host_cache()
         batch.prepare_for_extend()
@@ -279,8 +296,12 @@ class Engine:
         self.kv.k_buffer[0][loc] = torch.tensor(tokens, dtype=torch.float16)[:, None, None]
 
     def _process(self, batch: ScheduleBatch, prefill: bool) -> None:
-        """``process_batch_result``: one token per request, finished ones released."""
+        """``process_batch_result``: one token per request, finished ones released; a
+        request with chunks still to run gets none."""
         for req in batch.reqs:
+            if prefill and req.inflight_middle_chunks > 0:
+                req.inflight_middle_chunks -= 1
+                continue
             req.output_ids.append(1 + (len(req.origin_input_ids) + len(req.output_ids)) % 97)
             req.update_finish_state()
             if req.finished():

@@ -137,6 +137,25 @@ def test_evictions_backups_and_load_backs_equal_sglangs_counters(stand_ins, poli
     assert snap.thrash.offloaded_reused > 0
 
 
+def test_chunked_prefill_counts_each_request_once(stand_ins):
+    engine = Engine(tokens=256, host_ratio=4.0, chunk=32)     # 60-68 token prompts: 2-3 chunks
+    rec, kit = instrumented(engine)
+    host_hit_workload(engine, kit)
+    snap = Conformance(rec, truth=engine.truth).check("drained")
+    assert engine.prefill_batches > len(engine.admitted), "prompts ran in several chunks"
+    lookups = snap.lookups
+    assert lookups.lookups == len(engine.admitted) == 16
+    assert lookups.tokens == engine.prompt_tokens
+    assert lookups.gpu_hit == engine.device_hit_tokens == \
+        sum(r.cached_tokens_device for r in engine.admitted)
+    assert lookups.host_hit == engine.host_hit_tokens == \
+        sum(r.cached_tokens_host for r in engine.admitted) > 0
+    assert snap.tier("gpu").evictions["capacity"] * PAGE == \
+        engine.metric("sglang:evicted_tokens_total")
+    assert snap.link("gpu", "host").bytes == engine.metric("sglang:hicache_backup_bytes_total")
+    assert snap.link("host", "gpu").bytes == engine.metric("sglang:load_back_bytes_total")
+
+
 def test_no_transfer_durations_where_sglang_has_no_device_timing(stand_ins):
     engine = Engine(tokens=256, host_ratio=4.0)
     rec, kit = instrumented(engine)
