@@ -30,6 +30,8 @@ allocator's ``evict_to_free_tokens``)      ``num_tokens_evicted`` (outermost cal
 ``_execute_kv_backup`` -> None (host       ``rec.link(gpu, host).drop(n)``: n device
 eviction cannot make room), or the         pages refused a backup, each once until it
 controller's ``write`` -> None             is freed or backed up
+``evict_host``                             the host pages it frees are host
+                                           ``evict(n, "capacity")`` (:mod:`.host`)
 ``writing_check`` / ``loading_check``      ``link.timed(s)``: the device time of each
                                            copy it reaped, for the copies SGLang times
                                            (``HiCacheAck.timing_enabled``; not on CPU)
@@ -267,6 +269,20 @@ def _backed_up(inst: TreeInstrumentation, state: None, result: Any, node_id: Any
                   host.tier.name if host is not None else HOST)
 
 
+def _host_evicting(inst: TreeInstrumentation, *args: Any, **kwargs: Any) -> Any:
+    host = getattr(getattr(getattr(inst.target, "cache_controller", None), MARKER, None),
+                   "host", None)
+    if host is not None:
+        host.evicting += 1
+    return host
+
+
+def _host_evicted(inst: TreeInstrumentation, host: Any, result: Any, *args: Any,
+                  **kwargs: Any) -> None:
+    if host is not None:
+        host.evicting -= 1
+
+
 def _timed(offload: bool, queue_name: str) -> Any:
     def reaped(inst: TreeInstrumentation, state: None, result: Any, *args: Any,
                **kwargs: Any) -> None:
@@ -310,6 +326,9 @@ TREE_SPEC = AdapterSpec(TREE_COMPONENT, ("BasePrefixCache",), (
     Hook("evict_for_alloc", ("params",), "evict", before=_evicting, after=_evicted,
          optional=True),
     Hook("reset", (), "evict", before=_resetting, after=_was_reset),
+    # host pages the tree frees to make room are capacity evictions of the host tier
+    Hook("evict_host", ("num_tokens",), "evict", before=_host_evicting, after=_host_evicted,
+         optional=True),
     # 0.5.23: the tree refuses a backup itself when host eviction cannot make room
     Hook("_execute_kv_backup", ("node_id", "device_value"), "drop", after=_backed_up,
          optional=True),

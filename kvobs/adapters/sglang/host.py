@@ -15,8 +15,9 @@ all cached (none in use). Keys for the thrash tracker are host page ids.
 engine call                              events
 =======================================  =============================================
 anchor pool ``alloc`` (not None)         ``store(pages, keys)``: a backup's host pages
-anchor pool ``free``                     ``evict(pages, "other", keys)`` (the pool is
-                                         not told why: host eviction, a rollback)
+anchor pool ``free``                     ``evict(pages, "capacity", keys)`` inside the
+                                         tree's ``evict_host`` (room for backups),
+                                         else ``evict(pages, "other", keys)``
 anchor pool ``clear``                    ``evict(cached, "reset")``
 controller ``start_writing`` (an ack     ``rec.link(gpu, host).transfer(pages, bytes)``
 queued)                                  for the merged copy: pages = its tokens /
@@ -83,6 +84,7 @@ class HostInstrumentation(Instrumentation):
         super().__init__(pool, HOST_COMPONENT, active, rec, tier)
         self.page = int(getattr(pool, "page_size", 1) or 1)
         self.gpu_tier = gpu_tier
+        self.evicting = 0          # inside the tree's evict_host: frees are capacity evictions
 
     def pages(self, indices: Any) -> list[int]:
         """Host page ids of token ``indices`` (pages are reserved whole)."""
@@ -103,7 +105,7 @@ def _reserved(inst: HostInstrumentation, state: None, indices: Any, need_size: i
 def _released(inst: HostInstrumentation, state: None, freed: Any, indices: Any) -> None:
     if freed:
         keys = sorted(set((indices.cpu() // inst.page).tolist()))
-        inst.tier.evict(len(keys), "other", keys=keys)
+        inst.tier.evict(len(keys), "capacity" if inst.evicting else "other", keys=keys)
 
 
 def _clearing(inst: HostInstrumentation) -> int:

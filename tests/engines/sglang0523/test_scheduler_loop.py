@@ -184,25 +184,34 @@ def test_durations_are_sglangs_device_times_of_the_reaped_copies(stand_ins, monk
 
 
 def test_full_host_write_through_drops_each_refused_page_once(stand_ins, monkeypatch):
-    refused_pages = []
-    original = UnifiedRadixCache._execute_kv_backup
+    refused_pages, host_evicted = [], []
+    refuse, evict_host = UnifiedRadixCache._execute_kv_backup, UnifiedRadixCache.evict_host
 
-    def counting(self, node_id, device_value, *args, **kwargs):
-        result = original(self, node_id, device_value, *args, **kwargs)
+    def counting_refusals(self, node_id, device_value, *args, **kwargs):
+        result = refuse(self, node_id, device_value, *args, **kwargs)
         if result is None:
             refused_pages.append(len(device_value) // PAGE)
         return result
 
-    monkeypatch.setattr(UnifiedRadixCache, "_execute_kv_backup", counting)
+    def counting_host_evictions(self, num_tokens, *args, **kwargs):
+        freed = evict_host(self, num_tokens, *args, **kwargs)   # SGLang's own count
+        host_evicted.append(freed)
+        return freed
+
+    monkeypatch.setattr(UnifiedRadixCache, "_execute_kv_backup", counting_refusals)
+    monkeypatch.setattr(UnifiedRadixCache, "evict_host", counting_host_evictions)
     engine = Engine(write_policy="write_through", tokens=256, host_ratio=0.5)
-    rec, kit = instrumented(engine)
+    _, kit = instrumented(engine)
     host_hit_workload(engine, kit)
     engine.tree.evict(EvictParams(num_tokens=engine.tokens))   # every unbacked page goes
-    kit.check("evicted all")
+    snap = kit.check("evicted all")
     dropped = engine.metric("sglang:hicache_dropped_tokens_total",
                             reason="write_through_unbacked_eviction", pool="kv")
-    assert dropped > 0 and rec.snapshot().link("gpu", "host").drops * PAGE == dropped
+    assert dropped > 0 and snap.link("gpu", "host").drops * PAGE == dropped
     assert sum(refused_pages) * PAGE > dropped, "SGLang retried refused pages"
+    host = snap.tier("host")
+    assert sum(host_evicted) > 0 and host.evictions["capacity"] * PAGE == sum(host_evicted)
+    assert host.evictions["other"] == 0
 
 
 def test_full_host_write_back_drops_the_subtrees_it_destroys(stand_ins):
