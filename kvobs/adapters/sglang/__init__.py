@@ -27,16 +27,22 @@ call goes on. The bare ``RadixCache`` / ``HiCacheController`` / ``HostKVCache`` 
 SGLang 0.5.23 are accepted too.
 
 Example: an SGLang plugin (entry point group ``sglang.srt.plugins``, loaded by
-``run_scheduler_process``) that instruments every scheduler after it is built::
+``run_scheduler_process`` before the scheduler is built) that instruments every
+scheduler once it is built, one recorder and ``/metrics`` port per TP rank::
 
+    import kvobs
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.runtime_context import get_parallel
     from kvobs.adapters.sglang import instrument_cache_controller, instrument_token_allocator
 
     def instrument(result, scheduler, *args, **kwargs):
+        rank = get_parallel().tp_rank
+        rec = kvobs.Recorder(engine="sglang", labels={"tp_rank": str(rank)})
         instrument_token_allocator(scheduler.token_to_kv_pool_allocator, rec,
                                    tree_cache=scheduler.tree_cache)
         if getattr(scheduler.tree_cache, "cache_controller", None) is not None:
             instrument_cache_controller(scheduler.tree_cache.cache_controller, rec)
+        kvobs.start_telemetry(rec, metrics_addr=f"0.0.0.0:{9464 + rank}", logs=None)
 
     def register():              # the entry point
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.__init__",
