@@ -396,14 +396,18 @@ def soak(events: int, keys: int, batch: int = 16, report: Callable[[str], None] 
 
 
 def drain(seconds: float) -> dict[str, Any]:
-    """Collection time after ``seconds`` of the unpaced demo loop vs right after another."""
+    """Collection time after ``seconds`` of the unpaced demo loop vs right after another,
+    for a ``/metrics`` scrape alone and for a scrape with an OTLP bridge subscribed (which
+    records every new sample into the OpenTelemetry SDK too), in one run."""
     import torch
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from prometheus_client import CollectorRegistry, generate_latest
 
     from kvobs.pool import ServingLoop, TieredKVPool
     from kvobs.pool.workload import ChatWorkload, WorkloadConfig
     from kvobs.presets import preset_layout
     from kvobs.recorder import Recorder
+    from kvobs.telemetry.exposition import SnapshotCollector
     from kvobs.telemetry.otel import OtelBridge
 
     torch.set_num_threads(1)
@@ -412,30 +416,40 @@ def drain(seconds: float) -> dict[str, Any]:
     pool = TieredKVPool(layout, 512, 2048, rec)
     loop = ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=20.0), seed=7))
     loop.run(30.0, pace=False)
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(rec))
+
+    def pending() -> int:
+        return sum(len(link.durations) for link in rec.links) + sum(
+            len(tracker._residency) + len(tracker._gaps)
+            for tracker in (rec.tier(name).residency for name in rec.tier_names) if tracker)
+
+    def run_then_collect() -> dict[str, float]:
+        generate_latest(registry)
+        start, ticks = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            loop.step()
+            ticks += 1
+        elapsed, samples = time.perf_counter() - start, pending()
+        begin = time.perf_counter()
+        generate_latest(registry)
+        full = time.perf_counter() - begin
+        begin = time.perf_counter()
+        generate_latest(registry)
+        empty = time.perf_counter() - begin
+        per_sample = (full - empty) / max(samples, 1)
+        return {"ticks_per_s": round(ticks / elapsed, 1), "samples": samples,
+                "collect_after_ms": round(full * 1e3, 1),
+                "collect_empty_ms": round(empty * 1e3, 1),
+                "us_per_sample": round(per_sample * 1e6, 2),
+                "engine_share": round(per_sample * samples / elapsed, 4)}
+
+    scrape = run_then_collect()
     reader = InMemoryMetricReader()
     bridge = OtelBridge(rec, [reader])
-    reader.get_metrics_data()
-    start, ticks = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        loop.step()
-        ticks += 1
-    elapsed = time.perf_counter() - start
-    samples = sum(len(link.durations) for link in rec.links) + sum(
-        len(tracker._residency) + len(tracker._gaps)
-        for tracker in (rec.tier(name).residency for name in rec.tier_names) if tracker)
-    begin = time.perf_counter()
-    reader.get_metrics_data()
-    full = time.perf_counter() - begin
-    begin = time.perf_counter()
-    reader.get_metrics_data()
-    empty = time.perf_counter() - begin
+    with_otlp = run_then_collect()
     bridge.shutdown()
-    per_sample = (full - empty) / max(samples, 1)
-    return {"seconds": round(elapsed, 2), "ticks_per_s": round(ticks / elapsed, 1),
-            "samples": samples, "samples_per_s": round(samples / elapsed, 1),
-            "collect_after_ms": round(full * 1e3, 1), "collect_empty_ms": round(empty * 1e3, 1),
-            "us_per_sample": round(per_sample * 1e6, 1),
-            "engine_share": round(per_sample * samples / elapsed, 4)}
+    return {"seconds": seconds, "metrics_only": scrape, "with_otlp_bridge": with_otlp}
 
 
 def main(argv: list[str] | None = None) -> int:
