@@ -133,9 +133,14 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int,
 
 
 def scrape_cost(blocks: int, repeats: int) -> dict[str, Any]:
-    """Milliseconds per ``rec.snapshot()`` of an instrumented pool of ``blocks`` blocks."""
+    """Milliseconds per ``rec.snapshot()`` of an instrumented pool of ``blocks`` blocks,
+    and per full HTTP scrape of its ``/metrics`` (snapshot, render, transfer)."""
+    import urllib.request
+
     from vllm.v1.core.block_pool import BlockPool
     from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    from kvobs.telemetry.prometheus import start_metrics_server
 
     pool = BlockPool(blocks + 1, enable_caching=True, hash_block_size=16)
     rec = Recorder(engine="vllm", model="bench")
@@ -151,9 +156,22 @@ def scrape_cost(blocks: int, repeats: int) -> dict[str, Any]:
         started = time.perf_counter()
         snap = rec.snapshot()
         times.append(time.perf_counter() - started)
+    server = start_metrics_server("127.0.0.1:0")
+    server.attach(rec)
+    http = []
+    try:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            with urllib.request.urlopen(server.url, timeout=10) as response:
+                response.read()
+            http.append(time.perf_counter() - started)
+    finally:
+        server.close()
     gpu = snap.tier("gpu")
     return {"gpu_blocks": blocks, "scrape_ms_median": round(statistics.median(times) * 1e3, 2),
-            "scrape_ms_best": round(min(times) * 1e3, 2), "in_use": gpu.in_use_blocks,
+            "scrape_ms_best": round(min(times) * 1e3, 2),
+            "http_scrape_ms_median": round(statistics.median(http) * 1e3, 2),
+            "http_scrape_ms_best": round(min(http) * 1e3, 2), "in_use": gpu.in_use_blocks,
             "cached": gpu.cached_blocks}
 
 
@@ -183,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"noise gauge, plain vs plain: {step['control_ratio_median']:.3f}x median, "
           f"{step['control_ratio_total']:.3f}x totals")
     print(f"one scrape at {scrape['gpu_blocks']} GPU blocks: {scrape['scrape_ms_median']:.2f} ms "
-          f"median, {scrape['scrape_ms_best']:.2f} ms best (goal <= 5 ms)")
+          f"median, {scrape['scrape_ms_best']:.2f} ms best (goal <= 5 ms); the whole HTTP "
+          f"scrape {scrape['http_scrape_ms_median']:.2f} ms median, "
+          f"{scrape['http_scrape_ms_best']:.2f} ms best")
     return 0
 
 
