@@ -87,6 +87,7 @@ from typing import Any
 
 import structlog
 
+from kvobs.adapters import _plugin
 from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_scheduler
 from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
@@ -94,8 +95,7 @@ from kvobs.recorder import LinkRecorder, Recorder
 from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 
 _log = structlog.get_logger("kvobs.vllm")
-_TRUE = {"1", "true", "yes", "on"}
-DEFAULT_ADDR = "127.0.0.1:9464"
+DEFAULT_ADDR = _plugin.DEFAULT_ADDR
 HOOK_FLAG = "_kvobs_scheduler_hook"
 WORKER_HOOK_FLAG = "_kvobs_worker_hook"
 SPEC_HOOK_FLAG = "_kvobs_spec_hook"
@@ -103,9 +103,7 @@ SPEC_HOOK_FLAG = "_kvobs_spec_hook"
 MAX_SPECS = 8
 #: Worker endpoints start this many ports above the base port.
 WORKER_PORT_OFFSET = 100
-#: Ports tried, upwards from the preferred one, when it is taken.
-PORT_ATTEMPTS = 64
-SUMMARY_INTERVAL_S = 60.0
+PORT_ATTEMPTS = _plugin.PORT_ATTEMPTS
 
 Part = VllmInstrumentation | TieringInstrumentation | TransferInstrumentation
 
@@ -131,7 +129,7 @@ class _Enabled:
         """The process's recorder; the first call creates it and starts telemetry."""
         if self.recorder is None:
             rec = Recorder(engine="vllm", model=model, labels=labels)
-            self.telemetry = _start_telemetry(rec, port_offset)
+            self.telemetry = _plugin.start_telemetry(rec, _log, port_offset)
             _open_trace(rec, labels)
             self.recorder = rec
         return self.recorder
@@ -201,30 +199,6 @@ class _Enabled:
 _STATE = _Enabled()
 
 
-def _start_telemetry(rec: Recorder, port_offset: int) -> Any:
-    from kvobs.exporter import Telemetry  # only when enabled
-    from kvobs.telemetry.prometheus import parse_address
-
-    address: str | None = os.environ.get("KVOBS_METRICS_ADDR", DEFAULT_ADDR).strip() or None
-    if address is not None:
-        host, port = parse_address(address, "KVOBS_METRICS_ADDR")
-        if port:
-            host = f"[{host}]" if ":" in host else host
-            address = f"{host}:{min(port + port_offset, 65535)}"
-    log_format = os.environ.get("KVOBS_LOG_FORMAT", "").strip()
-    if log_format:  # kvobs's own events only: vLLM logs through the logging module
-        from kvobs.telemetry.logs import configure_logging
-
-        configure_logging(log_format)
-    endpoint = os.environ.get("KVOBS_OTLP_ENDPOINT", "").strip() or None
-    interval = float(os.environ.get("KVOBS_SUMMARY_INTERVAL_S", SUMMARY_INTERVAL_S) or 0)
-    telemetry = Telemetry.start(rec, _log, metrics_addr=address, otlp_endpoint=endpoint,
-                                summary_interval_s=interval, port_attempts=PORT_ATTEMPTS)
-    _log.info("kvobs_enabled", engine="vllm", model=rec.model,
-              metrics_url=telemetry.metrics_url, otlp_endpoint=endpoint, **rec.labels)
-    return telemetry
-
-
 def _open_trace(rec: Recorder, labels: dict[str, str]) -> None:
     """``KVOBS_TRACE_OUT=PATH``: trace the prefix lookups for ``kvobs whatif`` (hashes only;
     ``KVOBS_TRACE_MAX_BYTES``, default 256 MiB). Ranks above 0 append ``.dp<rank>``;
@@ -259,7 +233,7 @@ def _attach_tiering(scheduler: Any, rec: Recorder,
 
 def register() -> None:
     """The entry point vLLM calls; a no-op unless ``KVOBS_ENABLE`` is set. Never raises."""
-    if os.environ.get("KVOBS_ENABLE", "").strip().lower() not in _TRUE:
+    if not _plugin.enabled():
         return
     try:
         enable()
@@ -362,12 +336,9 @@ def _dp_rank(vllm_config: Any) -> int:
 
 
 def _model_name(vllm_config: Any) -> str:
-    configured = os.environ.get("KVOBS_MODEL", "").strip()
-    if configured:
-        return configured
     model_config = getattr(vllm_config, "model_config", None)
-    return str(getattr(model_config, "served_model_name", None)
-               or getattr(model_config, "model", None) or "unknown")
+    return _plugin.model_name(getattr(model_config, "served_model_name", None)
+                              or getattr(model_config, "model", None))
 
 
 def _log_capacity(scheduler: Any, rec: Recorder) -> None:
