@@ -43,6 +43,42 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """Parse, taking a value that starts with ``-`` as the value of the flag before it.
+
+        argparse reads ``--range -5m`` as two flags and says "expected one argument";
+        here ``-5m`` (not a flag of this parser) becomes ``--range=-5m``, so the flag's
+        own check names the real problem (a negative duration).
+        """
+        if args is not None:
+            args = self._join_dash_values(list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _join_dash_values(self, args: list[str]) -> list[str]:
+        joined: list[str] = []
+        index = 0
+        while index < len(args):
+            arg = args[index]
+            if arg == "--":  # everything after it is positional
+                return joined + args[index:]
+            action = self._option_string_actions.get(arg)
+            if (action is not None and action.nargs is None and arg.startswith("--")
+                    and index + 1 < len(args) and args[index + 1].startswith("-")
+                    and not self._is_flag(args[index + 1])):
+                joined.append(f"{arg}={args[index + 1]}")
+                index += 2
+            else:
+                joined.append(arg)
+                index += 1
+        return joined
+
+    def _is_flag(self, text: str) -> bool:
+        name = text.split("=", 1)[0]
+        if name in self._option_string_actions:
+            return True
+        return name.startswith("--") and any(  # an abbreviation argparse would accept
+            option.startswith(name) for option in self._option_string_actions)
+
 
 def env_name(flag: str) -> str:
     """``--metrics-addr`` -> ``KVOBS_METRICS_ADDR``."""
@@ -151,11 +187,12 @@ def input_file(text: str) -> str:
 
 
 def output_file(suffix: str | None = None) -> Callable[[str], str]:
-    """argparse type: a file path kvobs can write (missing parents are created later).
+    """argparse type: a file path kvobs can write, in a directory that exists.
 
-    The nearest existing directory above the path must accept a new file; that is
-    tried for real (a probe file, removed at once), so read-only mounts fail here,
-    not after minutes of work.
+    A missing directory is an error, not created: a typo in a path should not leave a
+    new directory tree behind. The directory must accept a new file; that is tried for
+    real (a probe file, removed at once), so read-only mounts fail here, not after
+    minutes of work.
     """
 
     def check(text: str) -> str:
@@ -173,18 +210,49 @@ def output_file(suffix: str | None = None) -> Callable[[str], str]:
             )
         if path.exists() and not os.access(path, os.W_OK):
             raise argparse.ArgumentTypeError(f"{text} is not writable: pick another path")
-        parent = path.absolute().parent
-        while not parent.exists():
-            parent = parent.parent
-        if not parent.is_dir() or not _can_create_in(parent):
-            raise argparse.ArgumentTypeError(
-                f"{text} cannot be written (directory {parent} is not writable): "
-                "pick a path in a writable directory"
-            )
+        _check_directory(text, path.absolute().parent)
         return text
 
     check.__name__ = "output file"
     return check
+
+
+def output_dir(text: str) -> str:
+    """argparse type: a directory kvobs can write into; it is created if its parent exists.
+
+    Example:
+        >>> output_dir("/nonexistent/kvobs")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: /nonexistent/kvobs cannot be created: directory \
+/nonexistent does not exist: create it first or pick an existing directory
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("'' is empty: pass a directory such as ./kvobs-dashboards")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file: pass a directory")
+    if path.is_dir():
+        if not _can_create_in(path):
+            raise argparse.ArgumentTypeError(
+                f"{text} is not writable: pick a directory you can write to")
+        return text
+    _check_directory(text, path.absolute().parent, "cannot be created")
+    return text
+
+
+def _check_directory(text: str, directory: Path, what: str = "cannot be written") -> None:
+    """``directory`` (where ``text`` goes) exists and accepts a new file."""
+    if not directory.exists():
+        raise argparse.ArgumentTypeError(
+            f"{text} {what}: directory {directory} does not exist: create it first or "
+            "pick an existing directory"
+        )
+    if not directory.is_dir() or not _can_create_in(directory):
+        raise argparse.ArgumentTypeError(
+            f"{text} {what} (directory {directory} is not writable): "
+            "pick a path in a writable directory"
+        )
 
 
 def _can_create_in(directory: Path) -> bool:
@@ -225,10 +293,15 @@ def add_option(
     type: Callable[[str], Any] = str,
     default: Any = None,
     help: str,
+    env: str | None = None,
     **kwargs: Any,
 ) -> None:
-    """Add ``flag`` whose default comes from its ``KVOBS_*`` twin when that is set."""
-    env = env_name(flag)
+    """Add ``flag`` whose default comes from its ``KVOBS_*`` twin when that is set.
+
+    ``env`` names the twin when :func:`env_name` of the flag already means something
+    else for another subcommand (one meaning per variable).
+    """
+    env = env or env_name(flag)
     raw = os.environ.get(env)
     if raw is not None and raw != "":
         try:

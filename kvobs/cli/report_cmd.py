@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import sys
 from typing import Any
 
-from kvobs.cli.options import add_option, at_most, http_url, output_file, positive_float
+from kvobs.cli.options import (
+    add_option,
+    at_most,
+    env_name,
+    http_url,
+    output_file,
+    positive_float,
+)
 from kvobs.dashboards.variables import FILTERS
 from kvobs.errors import ConfigError
 
@@ -28,6 +36,9 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def duration(text: str) -> float:
     """argparse type: a Prometheus-style duration (``90s``, ``15m``, ``2h``) in seconds."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is negative: pass how far back to draw, e.g. 15m or 2h")
     match = _DURATION.match(text.strip())
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m or 2h")
@@ -53,7 +64,9 @@ def register(subparsers: Any) -> None:
         "report",
         help="draw the KV cache tiers dashboard from Prometheus into one PNG",
         description="Run every panel query of the KV cache tiers dashboard against a "
-        "Prometheus server and draw one PNG with one plot per panel.",
+        "Prometheus server and draw one PNG with one plot per panel. The label filters' "
+        "environment twins are KVOBS_REPORT_<LABEL> (KVOBS_REPORT_MODEL...): KVOBS_MODEL "
+        "is the model preset of capacity, demo and whatif.",
     )
     add_option(
         parser,
@@ -87,8 +100,40 @@ def register(subparsers: Any) -> None:
         help="seconds to wait for each Prometheus answer",
     )
     for name, _label, help_ in FILTERS:
-        add_option(parser, f"--{name}", default=None, help=f"regex on the {name} label: {help_}")
+        renamed = (" (its variable was KVOBS_MODEL, now only the model preset of the other "
+                   "subcommands)" if name == "model" else "")
+        add_option(parser, f"--{name}", default=None, env=filter_env(name),
+                   help=f"regex on the {name} label: {help_}{renamed}")
     parser.set_defaults(handler=run)
+
+
+def filter_env(name: str) -> str:
+    """The environment twin of label filter ``name``: ``KVOBS_REPORT_MODEL``.
+
+    These were ``KVOBS_<LABEL>``, but ``KVOBS_MODEL`` also names the
+    model preset of ``capacity``, ``demo`` and ``whatif``: one variable, two meanings.
+    """
+    return f"KVOBS_REPORT_{name.upper()}"
+
+
+def _legacy_filters(args: argparse.Namespace) -> None:
+    """Honour the old ``KVOBS_<LABEL>`` filter variables for now, with a warning.
+
+    ``KVOBS_MODEL`` holding a preset name (``llama-3-8b``) is the preset of the other
+    subcommands, not a regex meant for this one: it is left alone.
+    """
+    from kvobs.presets import PRESETS
+
+    for name, _label, _help in FILTERS:
+        old = env_name(f"--{name}")
+        value = os.environ.get(old, "")
+        if getattr(args, name) is not None or not value or filter_env(name) in os.environ:
+            continue
+        if name == "model" and value in PRESETS:
+            continue
+        print(f"kvobs: warning: {old} as the report's --{name} filter is deprecated: set "
+              f"{filter_env(name)}={value!r} instead", file=sys.stderr)
+        setattr(args, name, value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
             f"kvobs report needs {' and '.join(missing)}: pip install 'kvobs[report]'"
         )
     from kvobs.report import build_report
+
+    _legacy_filters(args)
     filters = {
         name: getattr(args, name) for name, _l, _h in FILTERS if getattr(args, name) is not None
     }

@@ -132,6 +132,13 @@ def _draw_heatmap(ax: Axes, panel: PanelData) -> None:
     plt.colorbar(mesh, ax=ax, label="per second", pad=0.01)
 
 
+def _umask() -> int:
+    """The process umask (read by setting it, so set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def render_png(panels: Sequence[PanelData], out: Path, title: str, subtitle: str,
                stacked_titles: frozenset[str] = frozenset()) -> None:
     """Draw ``panels`` into ``out`` (PNG); ``stacked_titles`` are drawn as stacked areas."""
@@ -155,9 +162,9 @@ def render_png(panels: Sequence[PanelData], out: Path, title: str, subtitle: str
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         fig.tight_layout(rect=(0, 0, 1, 0.985 - 0.012 * (4 / max(rows, 1))))
-        out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary name only
             with os.fdopen(fd, "wb") as handle:
                 fig.savefig(handle, format="png", dpi=90, metadata={
                     "Title": title, "Software": "kvobs report",
