@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from kvobs.capacity import GIB, CapacityPlan
@@ -72,6 +73,14 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu_kv_gib is None:
         raise ConfigError("--gpu-kv-gib is required: pass the GiB of GPU memory for the KV cache")
     layout = layout_from_args(args)
+    for flag, gib in (("--gpu-kv-gib", args.gpu_kv_gib), ("--host-pool-gib", args.host_pool_gib),
+                      ("--disk-gib", args.disk_gib)):
+        if gib and gib * GIB < layout.bytes_per_block:  # 0 host or disk means no such tier
+            raise ConfigError(
+                f"{flag} {gib:g} holds no KV block of {layout.name} "
+                f"({layout.bytes_per_block:,} bytes per block of {layout.block_tokens} tokens): "
+                f"pass {flag} {_round_up(layout.bytes_per_block / GIB)} or more"
+            )
     sizes = {"gpu": args.gpu_kv_gib * GIB, "host": args.host_pool_gib * GIB}
     if args.disk_gib:
         sizes["disk"] = args.disk_gib * GIB
@@ -87,3 +96,9 @@ def run(args: argparse.Namespace) -> int:
         for line in plan.describe():
             print(line)
     return 0
+
+
+def _round_up(gib: float) -> str:
+    """``gib`` rounded up to three significant digits, so that it holds a block."""
+    scale = 10.0 ** (2 - math.floor(math.log10(gib)))
+    return f"{math.ceil(gib * scale) / scale:g}"

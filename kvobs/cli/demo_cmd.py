@@ -199,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
                               "(TLS or basic auth): use --view logs")
         top = False  # the terminal view reads plain HTTP only: show the logs instead
     torch = demo_support.import_torch()
+    demo_support.check_gpu_holds_a_request(layout, args.gpu_blocks)  # kvobs.pool needs torch
     demo_support.check_memory(layout, args.gpu_blocks, args.host_blocks, torch.cuda.is_available())
     log_stream = demo_support.open_log(args, top)
 

@@ -62,6 +62,26 @@ def check_memory(layout: KVLayout, gpu_blocks: int, host_blocks: int, on_gpu: bo
         )
 
 
+def check_gpu_holds_a_request(layout: KVLayout, gpu_blocks: int) -> None:
+    """Fail when the GPU tier cannot hold the longest first turn of the chat workload.
+
+    The serving loop rejects a request larger than the whole GPU tier; below this size
+    most conversations never start and the demo would serve a tier of rejections. Call
+    it once torch is imported: :mod:`kvobs.pool` imports torch.
+    """
+    from kvobs.pool.workload import WorkloadConfig
+
+    cfg = WorkloadConfig()
+    tokens = cfg.system_tokens[1] + cfg.user_tokens[1] + cfg.output_tokens[1]
+    need = -(-tokens // layout.block_tokens)
+    if gpu_blocks < need:
+        raise ConfigError(
+            f"--gpu-blocks {gpu_blocks} ({gpu_blocks * layout.block_tokens:,} tokens) cannot "
+            f"hold one request of the demo workload (up to {tokens:,} tokens = {need} blocks "
+            f"of {layout.block_tokens}): pass --gpu-blocks {need} or more"
+        )
+
+
 def import_torch() -> Any:
     """torch, or a one-line error naming the extra that brings it."""
     try:
