@@ -49,8 +49,9 @@ class Watcher:
             if scrape.ok:
                 self.previous[scrape.url] = scrape
 
-    def frame(self, width: int, footer: str) -> RenderableType:
-        """Scrape everything and draw the screen for ``width`` columns."""
+    def frame(self, width: int, footer: str, keys: bool = True) -> RenderableType:
+        """Scrape everything and draw the screen for ``width`` columns (``keys``: with
+        the key help, for the live view that reads keys)."""
         panels: list[RenderableType] = []
         for scrape in self.poll():
             if scrape.ok:
@@ -63,7 +64,7 @@ class Watcher:
                 self.previous.pop(scrape.url, None)
                 panels.append(render_unreachable(scrape.url, scrape.error or "?",
                                                  self.failures[scrape.url]))
-        return render_screen(panels, footer)
+        return render_screen(panels, footer, keys)
 
     @property
     def any_reachable(self) -> bool:
@@ -129,11 +130,11 @@ def run_top(urls: Sequence[str], *, interval_s: float = 1.0, timeout_s: float | 
         if once:
             watcher.prime()
             time.sleep(interval_s)
-            console.print(watcher.frame(console.width, footer))
+            console.print(watcher.frame(console.width, footer, keys=False))
             return 0 if watcher.any_reachable else 1
         if not console.is_terminal:
             while not stop():
-                console.print(watcher.frame(console.width, footer))
+                console.print(watcher.frame(console.width, footer, keys=False))
                 time.sleep(interval_s)
             return 0
         return _live(watcher, console, interval_s, stop, footer)

@@ -198,6 +198,8 @@ def render_unreachable(url: str, reason: str, attempts: int) -> Panel:
                  border_style=_MISS)
 
 
-def render_screen(panels: Sequence[RenderableType], footer: str) -> RenderableType:
-    """All panels stacked, then the key help and ``footer``."""
-    return Group(*panels, Text(f" q quit · Ctrl-C quit · {footer}", style="dim"))
+def render_screen(panels: Sequence[RenderableType], footer: str,
+                  keys: bool = True) -> RenderableType:
+    """All panels stacked, then ``footer``, after the key help when ``keys`` are read."""
+    help_ = "q quit · Ctrl-C quit · " if keys else ""
+    return Group(*panels, Text(f" {help_}{footer}", style="dim"))
