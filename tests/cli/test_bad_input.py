@@ -61,6 +61,20 @@ def cases(tmp):
         (["demo", "--view", "fancy"], "--view", "invalid choice"),
         (["demo", "--warmup", "0", "--gpu-blocks", str(2**31), "--metrics-addr", "127.0.0.1:0"],
          "--gpu-blocks", "pass fewer blocks"),
+        (["demo", "--warmup", "0", "--gpu-blocks", "4", "--host-blocks", "0",
+          "--metrics-addr", "127.0.0.1:0"], "--gpu-blocks",
+         "cannot hold one request of the demo workload (up to 2,960 tokens = 185 blocks of 16): "
+         "pass --gpu-blocks 185 or more"),
+        (["demo", "--log-file", f"{directory}/missing/demo.log"], "--log-file",
+         f"directory {directory}/missing does not exist"),
+        # capacity: a tier that holds no block
+        ([*CAPACITY, "--gpu-kv-gib", "0.001"], "--gpu-kv-gib",
+         "--gpu-kv-gib 0.001 holds no KV block of llama-3-8b (2,097,152 bytes per block of 16 "
+         "tokens): pass --gpu-kv-gib 0.00196 or more"),
+        ([*CAPACITY, "--gpu-kv-gib", "1", "--host-pool-gib", "0.0001"], "--host-pool-gib",
+         "holds no KV block"),
+        ([*CAPACITY, "--gpu-kv-gib", "1", "--disk-gib", "1e-9"], "--disk-gib",
+         "holds no KV block"),
         # report
         ([*REPORT, "--out", directory], "--out", "is a directory"),
         ([*REPORT, "--out", ""], "--out", "empty"),
@@ -69,6 +83,14 @@ def cases(tmp):
         (["report", "--prometheus", "", "--out", "t.png"], "--prometheus", "http(s) URL"),
         ([*REPORT, "--out", "t.png", "--range", "99999d"], "--range", "too long"),
         ([*REPORT, "--out", "t.png", "--timeout", "inf"], "--timeout", "not a finite number"),
+        ([*REPORT, "--out", f"{directory}/missing/r.png"], "--out",
+         f"directory {directory}/missing does not exist: create it first"),
+        ([*REPORT, "--out", "t.png", "--range", "-5m"], "--range",
+         "'-5m' is negative: pass how far back to draw, e.g. 15m or 2h"),
+        ([*REPORT, "--out", "t.png", "--range=-5m"], "--range", "is negative"),
+        ([*REPORT, "--out", "t.png", "--range", "5 minutes"], "--range", "not a duration"),
+        ([*REPORT, "--out", "t.png", "--rate-interval", "-1m"], "--rate-interval",
+         "not a duration like 1m"),
         # top
         (["top", "--url", ""], "--url", "not an http(s) URL"),
         (["top", "--url", "ftp://x/metrics"], "--url", "not an http(s) URL"),
@@ -79,6 +101,14 @@ def cases(tmp):
         (["top", "--timeout", "nan"], "--timeout", "not a finite number"),
         # dashboards
         (["dashboards", "--root", directory], "--root", "has no dashboards/ directory"),
+        (["dashboards"], "--out", "--out is required: pass the directory"),
+        (["dashboards", "--out", f"{directory}/missing/boards"], "--out",
+         f"directory {directory}/missing does not exist: create it first"),
+        (["dashboards", "--out", ""], "--out", "empty"),
+        (["dashboards", "--out", UNWRITABLE_DIR], "--out", "not writable"),
+        (["dashboards", "--out", directory, "--root", directory], "--root",
+         "goes with --regenerate or --check"),
+        (["dashboards", "--out", directory, "--check"], "--out", "not allowed with"),
     ]
 
 
