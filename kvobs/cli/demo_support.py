@@ -16,6 +16,7 @@ import socket
 import sys
 import tempfile
 import threading
+import warnings
 from typing import Any, TextIO
 
 from kvobs.errors import ConfigError
@@ -85,7 +86,10 @@ def check_gpu_holds_a_request(layout: KVLayout, gpu_blocks: int) -> None:
 def import_torch() -> Any:
     """torch, or a one-line error naming the extra that brings it."""
     try:
-        import torch
+        with warnings.catch_warnings():  # the demo never hands torch a NumPy array
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy",
+                                    category=UserWarning)
+            import torch
     except ImportError:
         raise ConfigError(
             "kvobs demo needs torch (its pool moves real bytes): pip install 'kvobs[demo]'"
