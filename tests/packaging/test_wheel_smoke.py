@@ -1,5 +1,8 @@
 """kvobs as a new user installs it: build the sdist and the wheel, install the wheel with
-only the demo extra into a fresh venv, and use it.
+only the demo extra into a fresh venv, and run every subcommand for real: ``capacity``,
+``whatif`` on a small trace, ``dashboards --out``, a short ``demo`` watched by ``top
+--once``, and last (after the report extra is added) ``report`` against a real
+Prometheus that scrapes a demo and loads the rules ``dashboards --out`` wrote.
 
 The build runs on a copy of the checkout (tracked and untracked-but-not-ignored files),
 so it never writes into the working tree. The wheel is built from the sdist, which
@@ -7,8 +10,8 @@ checks the sdist is complete. The fresh venv gets ``torch==2.13.0`` first (the C
 this project pins; a bare ``torch`` requirement would pull a CUDA build), then
 ``kvobs[demo]`` from the wheel, and nothing else: no grafanalib, no matplotlib.
 
-Missing prerequisites (the ``build`` package, ``venv``/``ensurepip``) skip locally and
-fail under CI.
+Missing prerequisites (the ``build`` package, ``venv``/``ensurepip``, the Prometheus
+binary of ``scripts/deps/prometheus.sh``) skip locally and fail under CI.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.request
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
-from required import REPO, missing
+from e2e.e2e_servers import Server, http_ok, poll, start_prometheus
+from required import REPO, find_tool, missing
 
 TORCH_PIN = "torch==2.13.0"
 
@@ -40,6 +45,7 @@ def _subcommands() -> list[str]:
 
 SUBCOMMANDS = _subcommands()
 GENERATED = sorted((REPO / "dashboards" / "generated").glob("*.json"))
+RULES = sorted((REPO / "dashboards" / "rules").glob("*.rules.yaml"))
 
 
 def _source_copy(dest: Path) -> Path:
@@ -133,11 +139,19 @@ def fresh_venv(dist, tmp_path_factory):
     return root, env
 
 
-def _run(venv_root, env, *args, timeout=120, cwd=None):
+def _run(venv_root, env, *args, timeout=120, cwd=None, umask=None):
     """A command of the venv, run outside the checkout (so the checkout's kvobs is not
     on ``sys.path``)."""
     return subprocess.run([str(venv_root / "bin" / args[0]), *args[1:]], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=cwd or venv_root)
+                          text=True, timeout=timeout, env=env, cwd=cwd or venv_root,
+                          preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+
+
+def _one_line_error(result, *parts):
+    """Exit 2 and one ``kvobs: error:`` line holding every one of ``parts``."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, (result.returncode, result.stderr)
+    assert lines[0].startswith("kvobs: error: ") and all(p in lines[0] for p in parts), lines
 
 
 def test_fresh_venv_has_only_what_the_demo_extra_says(fresh_venv):
@@ -163,6 +177,44 @@ def test_every_subcommand_helps_and_capacity_plans(fresh_venv, tmp_path):
                   "--host-pool-gib", "120", "--request-tokens", "32768", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Maximum concurrency for 32,768 tokens per request: 4.00x" in result.stdout
+    tiny = _run(root, env, "kvobs", "capacity", "--model", "llama-3-8b", "--gpu-kv-gib",
+                "0.001", cwd=tmp_path)
+    _one_line_error(tiny, "--gpu-kv-gib 0.001 holds no KV block", "pass --gpu-kv-gib 0.00196")
+
+
+def test_whatif_replays_a_trace(fresh_venv, tmp_path):
+    root, env = fresh_venv
+    trace = tmp_path / "trace.jsonl"
+    with trace.open("w") as lines:  # three prompts of 8 blocks, taken in turn
+        for i in range(30):
+            blocks = [f"prompt{i % 3}-block{j}" for j in range(8)]
+            lines.write(json.dumps({"blocks": blocks, "ts": i}) + "\n")
+    result = _run(root, env, "kvobs", "whatif", "--trace", str(trace), "--sizes", "8,32",
+                  cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "240 block references (exact LRU replay)" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines()[2:]]
+    assert rows == [["8", "0.00%"], ["32", "90.00%"]], result.stdout  # LRU: all or nothing
+    tiers = _run(root, env, "kvobs", "whatif", "--trace", str(trace), "--model", "qwen2.5-0.5b",
+                 "--gpu-gib", "0.001", "--host-gib", "0.01", "--json", cwd=tmp_path)
+    assert tiers.returncode == 0, tiers.stderr
+    assert json.loads(tiers.stdout)["host"][0]["host_hit_ratio"] == pytest.approx(0.9)
+
+
+def test_dashboards_out_writes_what_grafana_and_prometheus_load(fresh_venv, tmp_path):
+    root, env = fresh_venv
+    out = tmp_path / "provisioning"
+    result = _run(root, env, "kvobs", "dashboards", "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr  # no grafanalib in this venv
+    for folder, committed in (("dashboards", GENERATED), ("rules", RULES)):
+        assert sorted(p.name for p in (out / folder).iterdir()) == [p.name for p in committed]
+        for path in committed:
+            assert (out / folder / path.name).read_bytes() == path.read_bytes(), path
+    missing_parent = _run(root, env, "kvobs", "dashboards", "--out", str(tmp_path / "a" / "b"))
+    _one_line_error(missing_parent, "--out", f"directory {tmp_path / 'a'} does not exist")
+    regenerate = _run(root, env, "kvobs", "dashboards", "--regenerate", cwd=tmp_path)
+    _one_line_error(regenerate, "--regenerate renders from the dashboards/*.py of a source "
+                    "checkout", "use --out DIR")
 
 
 def test_missing_extras_are_one_line_naming_the_pip_install(fresh_venv, tmp_path):
@@ -200,7 +252,7 @@ def test_five_second_demo_is_watched_by_kvobs_top(fresh_venv, tmp_path):
                 break
             time.sleep(0.5)
         assert "kvobs-demo · qwen2.5-0.5b" in seen and "gpu→host" in seen, seen
-        assert "hits (" in seen and "host " in seen
+        assert "hits (" in seen and "host " in seen and "quit" not in seen
         _out, err = demo.communicate(timeout=60)
     finally:
         if demo.poll() is None:
@@ -210,6 +262,10 @@ def test_five_second_demo_is_watched_by_kvobs_top(fresh_venv, tmp_path):
     events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
     assert events[0] == "kv_cache_capacity" and events[-1] == "demo_stopped", events
     assert "kv_cache_summary" in events
+    too_small = _run(root, env, "kvobs", "demo", "--gpu-blocks", "4", "--host-blocks", "0",
+                     "--metrics-addr", "127.0.0.1:0", cwd=tmp_path)
+    _one_line_error(too_small, "--gpu-blocks 4", "cannot hold one request",
+                    "pass --gpu-blocks 185 or more")
 
 
 def test_readme_example_runs_against_the_installed_package(fresh_venv, tmp_path):
@@ -230,3 +286,64 @@ def test_readme_example_runs_against_the_installed_package(fresh_venv, tmp_path)
     )
     result = _run(root, env, "python", str(script), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Last in this file: the report extra is added to the module's venv, after the tests that
+# check what the demo extra alone brings.
+
+
+@pytest.fixture(scope="module")
+def report_venv(fresh_venv, dist):
+    root, env = fresh_venv
+    _sdist, wheel = dist
+    started = time.monotonic()
+    result = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q",
+                             f"{wheel}[demo,report]"], capture_output=True, text=True,
+                            timeout=900, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(f"report extra added in {time.monotonic() - started:.1f} s")
+    return root, env
+
+
+def test_report_draws_a_demo_from_a_real_prometheus(report_venv, tmp_path):
+    prometheus_binary = find_tool("prometheus", "scripts/deps/prometheus.sh")
+    root, env = report_venv
+    boards = _run(root, env, "kvobs", "dashboards", "--out", str(tmp_path / "boards"))
+    assert boards.returncode == 0, boards.stderr
+    port = _free_port()
+    log = tmp_path / "demo.log"
+    with log.open("wb") as handle:
+        demo = Server(subprocess.Popen(
+            [str(root / "bin" / "kvobs"), "demo", "--duration", "300", "--metrics-addr",
+             f"127.0.0.1:{port}", "--gpu-blocks", "512", "--host-blocks", "2048", "--seed", "7",
+             "--summary-interval", "0", "--view", "logs"],
+            stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            cwd=tmp_path), f"http://127.0.0.1:{port}", log)
+    prometheus = None
+    try:
+        poll("kvobs demo /metrics", lambda: http_ok(demo.url + "/metrics"), 90, log)
+        (tmp_path / "prometheus").mkdir()
+        prometheus = start_prometheus(  # the rules as a user points rule_files at them
+            prometheus_binary, tmp_path / "prometheus", [f"127.0.0.1:{port}"],
+            [tmp_path / "boards" / "rules" / "*.rules.yaml"])
+        out = tmp_path / "tiers.png"
+        args = ("kvobs", "report", "--prometheus", prometheus.url, "--out", str(out),
+                "--range", "2m", "--rate-interval", "15s")
+        tries: list[str] = []
+
+        def drawn():
+            result = _run(root, env, *args, cwd=tmp_path, umask=0o022)
+            tries.append(result.stderr.strip())
+            return result if result.returncode == 0 else None
+
+        result = poll(f"kvobs report to draw every panel (last: {tries[-1:]})", drawn, 90,
+                      prometheus.log, interval_s=2.0)
+        assert "panels of the kvobs-tiers dashboard" in result.stdout
+        assert out.read_bytes().startswith(b"\x89PNG") and out.stat().st_mode & 0o777 == 0o644
+        with urllib.request.urlopen(prometheus.url + "/api/v1/rules", timeout=5) as answer:
+            groups = json.loads(answer.read())["data"]["groups"]
+        assert {g["file"].rsplit("/", 1)[-1] for g in groups} == {p.name for p in RULES}
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        demo.stop()
