@@ -1,9 +1,11 @@
 """Grafana dashboards and Prometheus rules generated from the kvobs metric catalog.
 
-Sources are Python (grafanalib for dashboards, plain data for rules); ``kvobs
-dashboards`` writes ``dashboards/generated/*.json``, ``dashboards/rules/*.yaml`` and
-their copies in the Helm chart. Every query names only catalog metrics or kvobs
-recording rules (:mod:`.promql` checks it).
+Sources are Python (grafanalib for dashboards, plain data for rules); in a source
+checkout ``kvobs dashboards --regenerate`` writes ``dashboards/generated/*.json``,
+``dashboards/rules/*.yaml`` and their copies in the Helm chart. Those committed files
+ship as package data; ``kvobs dashboards --out DIR`` hands them to a user without
+importing anything here. Every query names only catalog metrics or kvobs recording
+rules (:mod:`.promql` checks it).
 
 Example:
     >>> from kvobs.dashboards import dashboard_json

@@ -1,7 +1,7 @@
 """Prometheus alerts for tiered KV caches, each with a runbook-style description.
 
-Thresholds are module constants: change them here and run ``kvobs dashboards`` to
-regenerate the rule files and their Helm chart copies. Every alert carries a
+Thresholds are module constants: change them here and run ``kvobs dashboards
+--regenerate`` to regenerate the rule files and their Helm chart copies. Every alert carries a
 ``severity`` label and ``summary``/``description`` annotations; the description says what
 happened, what it costs, how to confirm it on the dashboards and what to do.
 

@@ -83,7 +83,7 @@ def dist(tmp_path_factory):
 
 def test_wheel_ships_the_generated_dashboards_unchanged(dist):
     _sdist, wheel = dist
-    assert GENERATED, "dashboards/generated/ is empty: run `kvobs dashboards`"
+    assert GENERATED, "dashboards/generated/ is empty: run `kvobs dashboards --regenerate`"
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         for path in GENERATED:
