@@ -26,32 +26,24 @@ kvobs during an engine call is counted (``kvobs_instrumentation_errors_total``) 
 call goes on. The bare ``RadixCache`` / ``HiCacheController`` / ``HostKVCache`` of
 SGLang 0.5.23 are accepted too.
 
-Example: an SGLang plugin (entry point group ``sglang.srt.plugins``, loaded by
-``run_scheduler_process`` before the scheduler is built) that instruments every
-scheduler once it is built, one recorder and ``/metrics`` port per TP rank::
+Zero-code: kvobs's SGLang plugin (:mod:`.plugin`, entry point group
+``sglang.srt.plugins``, loaded by SGLang in every scheduler process) does all of the
+above with one environment variable; each scheduler (TP / PP / DP rank) serves its own
+``/metrics`` on ``KVOBS_METRICS_ADDR``'s port plus its rank offset (default
+``127.0.0.1:9464``)::
 
-    import kvobs
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    from sglang.srt.runtime_context import get_parallel
-    from kvobs.adapters.sglang import instrument_cache_controller, instrument_token_allocator
+    KVOBS_ENABLE=1 python -m sglang.launch_server --model-path Qwen/Qwen3-8B \\
+        --enable-hierarchical-cache
 
-    def instrument(result, scheduler, *args, **kwargs):
-        rank = get_parallel().tp_rank
-        rec = kvobs.Recorder(engine="sglang", labels={"tp_rank": str(rank)})
-        instrument_token_allocator(scheduler.token_to_kv_pool_allocator, rec,
-                                   tree_cache=scheduler.tree_cache)
-        if getattr(scheduler.tree_cache, "cache_controller", None) is not None:
-            instrument_cache_controller(scheduler.tree_cache.cache_controller, rec)
-        kvobs.start_telemetry(rec, metrics_addr=f"0.0.0.0:{9464 + rank}", logs=None)
-
-    def register():              # the entry point
-        HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.__init__",
-                              instrument, HookType.AFTER)
-
+Example (a scheduler you build yourself, once its ``__init__`` returned):
+    >>> import kvobs                                                  # doctest: +SKIP
+    >>> rec = kvobs.Recorder(engine="sglang", labels={"tp_rank": "0"})  # doctest: +SKIP
     >>> gpu = instrument_token_allocator(scheduler.token_to_kv_pool_allocator, rec,
     ...                                  tree_cache=scheduler.tree_cache)  # doctest: +SKIP
     >>> hicache = instrument_cache_controller(
     ...     scheduler.tree_cache.cache_controller, rec)                     # doctest: +SKIP
+    >>> telemetry = kvobs.start_telemetry(rec, metrics_addr="0.0.0.0:9464",
+    ...                                   logs=None)                        # doctest: +SKIP
 """
 
 from kvobs.adapters.sglang.gpu import (
