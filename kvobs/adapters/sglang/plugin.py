@@ -1,11 +1,13 @@
 """Zero-code enablement for SGLang: the ``kvobs`` entry point of ``sglang.srt.plugins``.
 
-SGLang 0.5.23 loads its general plugins (``load_plugins()``) at the start of every
-scheduler process (``run_scheduler_process``), before the ``Scheduler`` is built, then
-applies the hooks they registered in its ``HookRegistry``. With ``KVOBS_ENABLE=1`` this
-plugin registers one ``AFTER`` hook on ``Scheduler.__init__``; once a scheduler is
-built, in its own process, the hook makes one recorder labelled with the process's
-ranks and instruments the scheduler's KV stack (:mod:`kvobs.adapters.sglang`):
+SGLang 0.5.23 loads its general plugins (``load_plugins()``) at the start of each of its
+processes (in a scheduler process: ``run_scheduler_process``, before the ``Scheduler`` is
+built), then applies the hooks they registered in its ``HookRegistry``; an ``AFTER``
+hook runs as ``hook(result, self, *args)`` once the target returned, and whatever it
+raises reaches SGLang. With ``KVOBS_ENABLE=1`` this plugin registers one ``AFTER`` hook
+on ``Scheduler.__init__``; once a scheduler is built, in its own process, the hook makes
+one recorder labelled with the process's ranks and instruments the scheduler's KV stack
+(:mod:`kvobs.adapters.sglang`):
 
 * ``scheduler.token_to_kv_pool_allocator`` with ``scheduler.tree_cache``: the ``gpu``
   tier, prefix hits, evictions, one lookup per admitted request (GPU / host hit tokens
@@ -24,9 +26,10 @@ periodic ``kv_cache_summary`` events) and logs ``kvobs_enabled`` with its URL::
 ``pp_rank`` with pipeline parallelism, ``dp_rank`` with a data-parallel controller); the
 scheduler of ranks *(dp, pp, tp)* serves ``/metrics`` on ``PORT + (dp * pp_size + pp) *
 tp_size + tp`` (``KVOBS_METRICS_ADDR``, default ``127.0.0.1:9464``), or the next free
-port. The TP ranks of one engine run the same scheduler on their shards of the KV heads:
-their token, page and lookup counts are the same, their bytes are per shard; read one
-rank (``tp_rank="0"``) for tokens and sum ranks for bytes.
+port. TP ranks that run one batch (all of an engine's, without
+``--enable-dp-attention``) each hold a shard of the KV heads: their token, page and
+lookup counts are the same and their bytes are per shard; read one rank
+(``tp_rank="0"``) for tokens, sum the ranks for bytes.
 
 Never raises into SGLang: a failure while registering or instrumenting is logged once
 (``kvobs_enable_failed``, ``kvobs_instrument_failed``, naming what failed) and the
