@@ -221,11 +221,10 @@ def output_dir(text: str) -> str:
     """argparse type: a directory kvobs can write into; it is created if its parent exists.
 
     Example:
-        >>> output_dir("/nonexistent/kvobs")
+        >>> output_dir("/nonexistent/kvobs")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        argparse.ArgumentTypeError: /nonexistent/kvobs cannot be created: directory \
-/nonexistent does not exist: create it first or pick an existing directory
+        argparse.ArgumentTypeError: /nonexistent/kvobs cannot be created: directory /nonexistent ...
     """
     if not text.strip():
         raise argparse.ArgumentTypeError("'' is empty: pass a directory such as ./kvobs-dashboards")
