@@ -67,6 +67,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the shipped files into ``--out``, or regenerate (or check) a checkout's."""
     if args.out is not None:
+        if args.regenerate or args.check:  # one of them from its environment twin
+            flag = "--check" if args.check else "--regenerate"
+            raise ConfigError(
+                f"--out and {flag} are both set (one of them by KVOBS_DASHBOARDS_OUT or "
+                f"KVOBS_{flag[2:].upper()}): unset the variable of the one you do not mean"
+            )
         if args.root is not None:
             raise ConfigError("--root goes with --regenerate or --check, not --out: drop "
                               "--root to write the shipped files into --out")

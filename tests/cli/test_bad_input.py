@@ -134,6 +134,12 @@ def test_every_bad_flag_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
     ({"KVOBS_URL": "nope"}, ["top"], "environment variable KVOBS_URL='nope' is invalid"),
     ({"KVOBS_GPU_KV_GIB": "inf"}, CAPACITY, "KVOBS_GPU_KV_GIB='inf' is invalid"),
     ({"KVOBS_LOG_FILE": "/proc/x.log"}, ["demo"], "KVOBS_LOG_FILE='/proc/x.log' is invalid"),
+    ({"KVOBS_CHECK": "1"}, ["dashboards", "--out", "."],
+     "--out and --check are both set (one of them by KVOBS_DASHBOARDS_OUT or KVOBS_CHECK)"),
+    ({"KVOBS_DASHBOARDS_OUT": "/nonexistent/boards"}, ["dashboards"],
+     "KVOBS_DASHBOARDS_OUT='/nonexistent/boards' is invalid: /nonexistent/boards cannot be "
+     "created: directory /nonexistent does not exist"),
+    ({"KVOBS_RANGE": "-5m"}, ["report"], "KVOBS_RANGE='-5m' is invalid: '-5m' is negative"),
 ])
 def test_bad_environment_twins_name_the_variable(env, args, message, capsys, monkeypatch):
     for key, value in env.items():
