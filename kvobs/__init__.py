@@ -107,7 +107,9 @@ def start_telemetry(
         The running :class:`Telemetry`; call ``close()`` at shutdown.
 
     Raises:
-        ConfigError: an address or option is invalid, or the port is taken.
+        ConfigError: an address or option is invalid, the port is taken, or a telemetry
+            package (OpenTelemetry, prometheus-client, structlog) is outside the range kvobs
+            declares (the line names it, the version found and the fix).
     """
     import structlog
 
