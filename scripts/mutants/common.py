@@ -34,3 +34,19 @@ def keyword(event: str, path: str, old: str, name: str, value: str) -> list[Muta
                    old.replace(f"{name}={value}", f"{name}=2 * ({value})", 1)),
             Mutant(f"{event}:dropped", path, old,
                    old.replace(f"{name}={value}", f"{name}=0 * ({value})", 1))]
+
+
+def lookup_count(path: str, call: str) -> list[Mutant]:
+    """The lookup counted twice (an extra empty lookup first) and not at all, for the
+    indented ``inst.rec.lookup(`` call ``call``."""
+    return [Mutant("lookup.count:doubled", path, call,
+                   call.replace("    inst.rec.lookup(", "    inst.rec.lookup(0)\n"
+                                "    inst.rec.lookup(", 1)),
+            Mutant("lookup.count:dropped", path, call,
+                   call.replace("    inst.rec.lookup(", "    (lambda *a, **k: None)(", 1))]
+
+
+def counter_add(event: str, path: str, line: str, value: str) -> list[Mutant]:
+    """Doubled / dropped mutants of the plain counter update ``line`` (``x += value``)."""
+    return [Mutant(f"{event}:doubled", path, line, line.replace(f"+= {value}", f"+= 2 * {value}")),
+            Mutant(f"{event}:dropped", path, line, line.replace(f"+= {value}", f"+= 0 * {value}"))]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mutants.common import Mutant, keyword, recorder_call
+from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call
 
 ADAPTER = "kvobs/adapters/lmcache"
 SUITES = ((".venv-lmcache/bin/python", "tests/engines/lmcache056"),)
@@ -33,19 +33,12 @@ def mutants() -> list[Mutant]:
                        "1"),
         *recorder_call("host.evict(popped)", backend, 'owner.tier.evict(1, "capacity")', "1"),
         *recorder_call("host.free(dropped)", backend, "    owner.tier.free(1)\n", "1"),
-        Mutant("host.found:doubled", backend, "inst.found += int(hits)",
-               "inst.found += 2 * int(hits)"),
-        Mutant("host.found:dropped", backend, "inst.found += int(hits)",
-               "inst.found += 0 * int(hits)"),
+        *counter_add("host.found", backend, "inst.found += int(hits)", "int(hits)"),
         # lookups (LMCacheEngine.lookup)
         *recorder_call("lookup.tokens", engine, lookup, "tokens"),
         *keyword("lookup.host_hit", engine, lookup, "host_hit", "host"),
         *keyword("lookup.disk_hit", engine, lookup, "disk_hit", "hit - host"),
-        Mutant("lookup.count:doubled", engine, lookup,
-               lookup.replace("    inst.rec.lookup(", "    inst.rec.lookup(0)\n"
-                              "    inst.rec.lookup(", 1)),
-        Mutant("lookup.count:dropped", engine, lookup,
-               lookup.replace("    inst.rec.lookup(", "    (lambda *a, **k: None)(", 1)),
+        *lookup_count(engine, lookup),
         # transfers (the GPU connector's copies) and LMCache's timings of them
         *recorder_call("offload.blocks", engine, "inst.offload.transfer(chunks, nbytes)",
                        "chunks"),

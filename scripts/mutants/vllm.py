@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mutants.common import Mutant, keyword, recorder_call
+from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call
 
 ADAPTERS = "kvobs/adapters/vllm"
 #: (interpreter, suite) pairs the mutants are judged by: the real engine first (a
@@ -36,10 +36,7 @@ def mutants() -> list[Mutant]:
         *recorder_call("gpu.evict(capacity)", pool,
                        'tier.evict(capacity - tier.evictions_capacity, "capacity")',
                        "capacity - tier.evictions_capacity"),
-        Mutant("gpu.hash_gained:doubled", pool, "    inst.hashes_gained += n\n",
-               "    inst.hashes_gained += 2 * n\n"),
-        Mutant("gpu.hash_gained:dropped", pool, "    inst.hashes_gained += n\n",
-               "    inst.hashes_gained += 0 * n\n"),
+        *counter_add("gpu.hash_gained", pool, "    inst.hashes_gained += n\n", "n"),
         *recorder_call("gpu.evict(explicit)", pool, 'inst.tier.evict(freed, "explicit")',
                        "freed"),
         *recorder_call("gpu.evict(reset)", pool, 'inst.tier.evict(cached, "reset")',
@@ -90,9 +87,5 @@ def mutants() -> list[Mutant]:
         *recorder_call("lookup.tokens", lookups, lookup, "tokens"),
         *keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
         *keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
-        Mutant("lookup.count:doubled", lookups, lookup,
-               lookup.replace("    inst.rec.lookup(", "    inst.rec.lookup(0)\n    inst.rec."
-                              "lookup(", 1)),
-        Mutant("lookup.count:dropped", lookups, lookup,
-               lookup.replace("    inst.rec.lookup(", "    (lambda *a, **k: None)(", 1)),
+        *lookup_count(lookups, lookup),
     ]
