@@ -77,16 +77,18 @@ def _occupancy() -> Section:
                    "later host hit) or in use (pinned by a running transfer). A host tier at "
                    "100% evicts on every offload.",
                    "percentunit",
-                   [Query(ratio(sum_by("state", series("kvobs_tier_resident_blocks", _HOST)),
-                                sum_by("", series("kvobs_tier_capacity_blocks", _HOST)),
-                                "ignoring (state) group_left ()"), "{{state}}")],
-                   ratio=True, stacked=True),
+                   [Query(ratio(sum_by("tier, state",
+                                       series("kvobs_tier_resident_blocks", _HOST)),
+                                sum_by("tier", series("kvobs_tier_capacity_blocks", _HOST)),
+                                "on (tier) group_left ()"), "{{tier}} {{state}}")],
+                   ratio=True, stack_per_tier=True),
         timeseries("Host evictions by reason",
-                   "Blocks per second dropped from the host tier, by reason. Capacity "
+                   "Blocks per second dropped from the host tier, stacked by reason in shades "
+                   "of the host colour (as on the tiers dashboard). Capacity "
                    "evictions at the offload rate mean the host tier turns over completely.",
                    "short",
-                   [Query(sum_by("reason", rate("kvobs_block_evictions_total", _HOST)),
-                          "{{reason}}")],
+                   [Query(sum_by("tier, reason", rate("kvobs_block_evictions_total", _HOST)),
+                          "{{tier}} {{reason}}")],
                    axis_label="blocks/s", stacked=True),
     ])
 

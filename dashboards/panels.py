@@ -3,8 +3,10 @@
 Each builder takes what a reader needs (title, description, unit, queries) and leaves
 the visual defaults to one place. :func:`layout` turns sections of panels into rows with
 grid positions, so dashboards are written as lists, never as coordinates. Series get
-the colours of :mod:`kvobs.report.palette` (one per tier, outcome and direction, as in
-``kvobs report`` and ``kvobs top``) through per-panel overrides.
+the colours of :mod:`kvobs.palette` (one per tier, outcome and direction, as in
+``kvobs report`` and ``kvobs top``) through per-panel overrides: a tier's states and
+eviction reasons are shades (and dashes) of its colour, and occupancy stacks per tier
+(one stacking group per tier, capacity as an unstacked dashed reference line).
 
 Example:
     >>> panel = timeseries("Lookups", "Lookups per second.", "short",
@@ -32,7 +34,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from kvobs.report.palette import dashed, legend_colors
+from kvobs.palette import LINES, legend_series
 
 from .variables import templates
 
@@ -58,17 +60,27 @@ def _targets(queries: Sequence[Query], fmt: str = "time_series") -> list[Target]
     ]
 
 
-def color_overrides(queries: Sequence[Query], *, dashes: bool = True) -> list[dict[str, Any]]:
+def color_overrides(queries: Sequence[Query], *, lines: bool = True,
+                    stack_per_tier: bool = False) -> list[dict[str, Any]]:
     """Field overrides giving each series the palette colour of its legend name; with
-    ``dashes``, the second of a pair that shares a colour (p99, failed, capacity) dashed."""
+    ``lines``, its palette line (dashed p99, failed and capacity lines, a dash per
+    eviction reason); with ``stack_per_tier``, a stacking group per tier, reference
+    (dashed) lines left out of the stack."""
     overrides: list[dict[str, Any]] = []
     for query in queries:
-        for name, color in legend_colors(query.legend).items():
+        for name, labels, style in legend_series(query.legend):
             properties: list[dict[str, Any]] = [
-                {"id": "color", "value": {"mode": "fixed", "fixedColor": color}}]
-            if dashes and dashed(name):
-                properties.append({"id": "custom.lineStyle",
-                                   "value": {"fill": "dash", "dash": [10, 10]}})
+                {"id": "color", "value": {"mode": "fixed", "fixedColor": style.color}}]
+            if lines and style.line != "solid":
+                properties.append({"id": "custom.lineStyle", "value": LINES[style.line]})
+            if stack_per_tier and "tier" in labels:
+                if style.line == "solid":
+                    properties.append({"id": "custom.stacking",
+                                       "value": {"mode": "normal", "group": labels["tier"]}})
+                else:
+                    properties += [{"id": "custom.stacking",
+                                    "value": {"mode": "none", "group": "A"}},
+                                   {"id": "custom.fillOpacity", "value": 0}]
             overrides.append({"matcher": {"id": "byName", "options": name},
                               "properties": properties})
     return overrides
@@ -82,10 +94,13 @@ def timeseries(
     *,
     axis_label: str = "",
     stacked: bool = False,
+    stack_per_tier: bool = False,
     ratio: bool = False,
     width: int = 12,
 ) -> TimeSeries:
-    """A time series panel; ``ratio`` pins the axis to 0..1, ``stacked`` stacks series."""
+    """A time series panel; ``ratio`` pins the axis to 0..1, ``stacked`` stacks series,
+    ``stack_per_tier`` stacks each tier's series on their own (occupancy by state)."""
+    stacked = stacked or stack_per_tier
     return TimeSeries(
         title=title,
         description=description,
@@ -101,7 +116,7 @@ def timeseries(
         legendCalcs=["lastNotNull", "max"],
         tooltipMode="multi",
         tooltipSort="desc",
-        overrides=color_overrides(queries, dashes=not stacked),
+        overrides=color_overrides(queries, stack_per_tier=stack_per_tier),
         span=width,
     )
 
@@ -120,7 +135,7 @@ def stat(title: str, description: str, unit: str, queries: Sequence[Query],
         colorMode="none",
         textMode="value_and_name",
         noValue="no data",
-        overrides=color_overrides(queries, dashes=False),
+        overrides=color_overrides(queries, lines=False),
         span=width,
     )
 

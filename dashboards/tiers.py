@@ -33,8 +33,10 @@ def _capacity() -> Section:
              "the selected instances.",
              "bytes", [Query(sum_by("tier", series("kvobs_tier_capacity_bytes")), "{{tier}}")]),
         timeseries("Resident occupancy per tier (in use vs cached)",
-                   "Share of each tier's blocks that hold KV data: in_use by running requests, "
-                   "or cached for reuse by a later prefix hit. The rest is free. A tier near "
+                   "Share of each tier's blocks that hold KV data, stacked per tier in its colour: "
+                   "in_use (full shade) by running requests, cached (light shade) for reuse by "
+                   "a later prefix hit; the top of a tier's stack is its occupancy, the rest "
+                   "is free. A tier near "
                    "100% with mostly cached blocks is full of reusable context (good); near "
                    "100% in_use means it limits the batch.",
                    "percentunit",
@@ -42,15 +44,17 @@ def _capacity() -> Section:
                                 sum_by("tier", series("kvobs_tier_capacity_blocks")),
                                 "on (tier) group_left ()"),
                           "{{tier}} {{state}}")],
-                   ratio=True),
+                   ratio=True, stack_per_tier=True),
         timeseries("Resident bytes per tier",
-                   "Bytes of KV data resident per tier and state, with each tier's capacity "
-                   "as a reference line. Resident never exceeds capacity.",
+                   "Bytes of KV data resident per tier, in_use and cached stacked per tier, with "
+                   "each tier's capacity as a dashed reference line in its colour. Resident "
+                   "never exceeds capacity.",
                    "bytes",
                    [Query(sum_by("tier, state", series("kvobs_tier_resident_bytes")),
                           "{{tier}} {{state}}"),
                     Query(sum_by("tier", series("kvobs_tier_capacity_bytes")),
-                          "{{tier}} capacity")]),
+                          "{{tier}} capacity")],
+                   stack_per_tier=True),
     ])
 
 
@@ -132,12 +136,14 @@ def _thrash() -> Section:
                           "offloaded, evicted unused")],
                    axis_label="blocks/s"),
         timeseries("Evictions per tier and reason",
-                   "Cached blocks dropped per second, by tier and reason. Sustained capacity "
-                   "evictions on a full tier mean reusable context is being thrown away.",
+                   "Cached blocks dropped per second, by tier and reason: the colour is the tier, "
+                   "the reason a shade and dash of it (capacity solid, explicit dashed, reset "
+                   "dotted, other dash-dotted). Sustained capacity evictions on a full tier "
+                   "mean reusable context is being thrown away.",
                    "short",
                    [Query(sum_by("tier, reason", rate("kvobs_block_evictions_total")),
                           "{{tier}} {{reason}}")],
-                   axis_label="blocks/s", stacked=True),
+                   axis_label="blocks/s"),
     ])
 
 

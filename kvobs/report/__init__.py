@@ -27,7 +27,7 @@ from typing import Any
 
 from kvobs.dashboards.variables import all_values
 from kvobs.report.boards import dashboard_json
-from kvobs.report.fetch import ReportError, data_panels, fetch_panels
+from kvobs.report.fetch import ReportError, fetch_panels
 from kvobs.report.prometheus_api import PrometheusClient
 
 __all__ = ["PANELS_KEY", "ReportError", "build_report"]
@@ -79,15 +79,10 @@ def build_report(prometheus_url: str, out: str | Path, *, range_s: float = 900.0
     variables = all_values(rate_interval) | dict(filters or {})
     board = dashboard_json(dashboard)
     panels = fetch_panels(client, board, variables, end - range_s, end, step)
-    stacked = frozenset(
-        p["title"] for p in data_panels(board)
-        if p.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
-        .get("stacking", {}).get("mode") == "normal"
-    )
     chosen = ", ".join(f"{k}={v}" for k, v in sorted((filters or {}).items())) or "all instances"
     subtitle = (f"{prometheus_url} · last {range_s / 60:g} min · {chosen} · "
                 f"rate window {rate_interval}")
     from kvobs.report.render import render_png  # matplotlib: only once there is data
 
-    render_png(panels, out, board["title"], subtitle, stacked)
+    render_png(panels, out, board["title"], subtitle)
     return [p.title for p in panels]

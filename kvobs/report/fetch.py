@@ -50,6 +50,34 @@ class PanelData:
     description: str
     targets: list[TargetData]
     notes: list[str] = field(default_factory=list)
+    #: The panel's field overrides as Grafana applies them: series name -> property id
+    #: (``color``, ``custom.lineStyle``, ``custom.stacking``...) -> value.
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Whether the panel stacks its series (Grafana's ``custom.stacking.mode``).
+    stacked: bool = False
+
+
+def series_overrides(panel: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A panel's ``byName`` field overrides: series name -> property id -> value.
+
+    Example:
+        >>> series_overrides({"fieldConfig": {"overrides": [{"matcher": {
+        ...     "id": "byName", "options": "gpu"}, "properties": [
+        ...     {"id": "color", "value": {"mode": "fixed", "fixedColor": "#56A64B"}}]}]}})
+        {'gpu': {'color': {'mode': 'fixed', 'fixedColor': '#56A64B'}}}
+    """
+    result: dict[str, dict[str, Any]] = {}
+    for override in panel.get("fieldConfig", {}).get("overrides", []):
+        if override.get("matcher", {}).get("id") == "byName":
+            props = result.setdefault(override["matcher"]["options"], {})
+            props.update({p["id"]: p["value"] for p in override.get("properties", [])})
+    return result
+
+
+def is_stacked(panel: Mapping[str, Any]) -> bool:
+    """Whether a panel stacks its series by default."""
+    custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
+    return bool(custom.get("stacking", {}).get("mode") == "normal")
 
 
 def legend(fmt: str, labels: Mapping[str, str]) -> str:
@@ -95,7 +123,8 @@ def fetch_panels(client: PrometheusClient, dashboard: Mapping[str, Any],
             targets.append(TargetData(target.get("legendFormat", ""), expr, series))
         defaults = panel.get("fieldConfig", {}).get("defaults", {})
         result.append(PanelData(title, panel["type"], defaults.get("unit", "short"),
-                                panel.get("description", ""), targets, notes))
+                                panel.get("description", ""), targets, notes,
+                                series_overrides(panel), is_stacked(panel)))
     return result
 
 

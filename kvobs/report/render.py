@@ -2,9 +2,11 @@
 
 One plot per panel, in dashboard order, two per row: time series as lines (stacked
 where the dashboard stacks them), stat panels as bars of the latest value, heatmaps as
-duration bucket x time images. Colours follow :mod:`kvobs.report.palette`: one per
-tier, outcome and direction, the same in every panel (and in ``kvobs top`` and the
-dashboards); p99, capacity and failure lines are dashed in their series' colour. The PNG
+duration bucket x time images. Each series is drawn as the dashboard's field overrides
+say, which :mod:`kvobs.palette` generates: one colour per tier, outcome and direction,
+the same in every panel (and in ``kvobs top`` and Grafana); a tier's states and eviction
+reasons in shades and dashes of its colour; p99, capacity and failure lines dashed;
+occupancy stacked per tier. Byte axes tick at powers of two with IEC labels. The PNG
 is written to a temporary file beside ``out`` and renamed into place, so a failure never
 leaves a partial picture behind.
 
@@ -21,8 +23,10 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -30,12 +34,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, Locator
 
+from kvobs.palette import OTHERS
 from kvobs.report.fetch import PanelData
-from kvobs.report.palette import OTHERS, dashed, series_color
 from kvobs.report.prometheus_api import Series
-from kvobs.report.units import describe, format_value
+from kvobs.report.units import BINARY_UNITS, binary_ticks, describe, format_value
 
 _COLUMNS = 2
 #: PNG text chunk listing the panel titles drawn, in order (one plot each).
@@ -56,44 +60,104 @@ def _time_axis(ax: Axes) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(_clock))
 
 
-def colors(lines: Sequence[tuple[str, Series]]) -> list[str]:
-    """One colour per line: the palette's for its labels, else the next of its others.
+@dataclass(frozen=True)
+class Drawn:
+    """How one series is drawn: the dashboard's override for its name, as Grafana would."""
+
+    name: str
+    series: Series
+    color: str
+    linestyle: Any
+    #: Stacking group (Grafana's ``custom.stacking.group``); None draws a plain line.
+    group: str | None
+
+
+def linestyle(line_style: Mapping[str, Any] | None) -> Any:
+    """Grafana's ``custom.lineStyle`` as a matplotlib line style.
 
     Example:
-        >>> colors([("gpu", Series({"tier": "gpu"}, [])), ("x", Series({}, []))])
-        ['#56A64B', '#19A0A0']
+        >>> linestyle(None), linestyle({"fill": "dash", "dash": [10, 10]})
+        ('-', (0, (5.0, 5.0)))
+    """
+    if not line_style or line_style.get("fill", "solid") == "solid":
+        return "-"
+    if line_style["fill"] == "dot":
+        return (0, (1.0, 2.5))
+    return (0, tuple(v / 2 for v in line_style.get("dash", [10, 10])))
+
+
+def drawn(panel: PanelData) -> list[Drawn]:
+    """Every series of ``panel`` with its colour, line and stacking group: the panel's
+    field overrides (generated from :mod:`kvobs.palette`), else the next of its others.
+
+    Example:
+        >>> from kvobs.report.fetch import TargetData
+        >>> panel = PanelData("t", "timeseries", "short", "", [TargetData("{{tier}}", "q", [
+        ...     Series({"tier": "gpu"}, []), Series({"tier": "x"}, [])])],
+        ...     overrides={"gpu": {"color": {"fixedColor": "#56A64B"}}})
+        >>> [(d.name, d.color) for d in drawn(panel)]
+        [('gpu', '#56A64B'), ('x', '#D683CE')]
     """
     result, spare = [], 0
-    for _name, series in lines:
-        color = series_color(series.labels)
-        if color is None:
-            color, spare = OTHERS[spare % len(OTHERS)], spare + 1
-        result.append(color)
+    default = {"mode": "normal" if panel.stacked else "none", "group": "A"}
+    for target in panel.targets:
+        for name, series in target.labelled():
+            props = panel.overrides.get(name, {})
+            color = props.get("color", {}).get("fixedColor")
+            if color is None:
+                color, spare = OTHERS[spare % len(OTHERS)], spare + 1
+            stacking = props.get("custom.stacking", default)
+            group = str(stacking.get("group", "A")) if stacking.get("mode") == "normal" else None
+            result.append(Drawn(name, series, color, linestyle(props.get("custom.lineStyle")),
+                                group))
     return result
 
 
-def line_style(name: str) -> str:
-    """Dashed for the second line of a pair that shares a colour (p99, capacity, failed)."""
-    return "--" if dashed(name) else "-"
+class BinaryLocator(Locator):
+    """Ticks at multiples of a power of two, for IEC byte axes (:func:`binary_ticks`)."""
+
+    def __call__(self) -> Sequence[float]:
+        vmin, vmax = self.axis.get_view_interval() if self.axis else (0.0, 1.0)
+        return self.tick_values(vmin, vmax)
+
+    def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
+        low, high = sorted((vmin, vmax))
+        return binary_ticks(low, high)
 
 
-def _draw_timeseries(ax: Axes, panel: PanelData, stacked: bool) -> None:
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_value(v, panel.unit)))
-    lines = [(name, s) for target in panel.targets for name, s in target.labelled()]
-    palette = colors(lines)
-    if stacked:
-        grid = sorted({t for _n, s in lines for t, _v in s.finite_samples})
-        rows = []
-        for _name, s in lines:
-            values = dict(s.finite_samples)
-            rows.append([values.get(t, 0.0) for t in grid])
-        ax.stackplot(grid, rows, labels=[n for n, _s in lines], colors=palette, alpha=0.8)
-    else:
-        for (name, s), color in zip(lines, palette, strict=True):
-            ax.plot([t for t, _v in s.finite_samples], [v for _t, v in s.finite_samples],
-                    label=name, linewidth=1.4, color=color, linestyle=line_style(name))
+def _value_axis(axis: Any, unit: str) -> None:
+    axis.set_major_formatter(FuncFormatter(lambda v, _p: format_value(v, unit)))
+    if unit in BINARY_UNITS:
+        axis.set_major_locator(BinaryLocator())
+
+
+def _draw_stack(ax: Axes, members: Sequence[Drawn], alpha: float) -> None:
+    grid = sorted({t for d in members for t, _v in d.series.finite_samples})
+    base = np.zeros(len(grid))
+    for d in members:
+        values = dict(d.series.finite_samples)
+        top = base + np.array([values.get(t, 0.0) for t in grid])
+        ax.fill_between(grid, base, top, color=d.color, alpha=alpha, linewidth=0, label=d.name)
+        ax.plot(grid, top, color=d.color, linestyle=d.linestyle, linewidth=1.2)
+        base = top
+
+
+def _draw_timeseries(ax: Axes, panel: PanelData) -> None:
+    _value_axis(ax.yaxis, panel.unit)
+    series = drawn(panel)
+    groups: dict[str, list[Drawn]] = {}
+    for d in series:
+        if d.group is not None:
+            groups.setdefault(d.group, []).append(d)
+    for members in groups.values():  # stacks behind lines; stacks of tiers overlap
+        _draw_stack(ax, members, alpha=0.75 if len(groups) == 1 else 0.45)
+    for d in series:
+        if d.group is None:
+            ax.plot([t for t, _v in d.series.finite_samples],
+                    [v for _t, v in d.series.finite_samples], label=d.name, linewidth=1.6,
+                    color=d.color, linestyle=d.linestyle)
     _time_axis(ax)
-    ax.legend(fontsize=7, loc="upper left", ncol=2 if len(lines) > 4 else 1, framealpha=0.7)
+    ax.legend(fontsize=7, loc="upper left", ncol=2 if len(series) > 4 else 1, framealpha=0.7)
     ax.grid(alpha=0.3)
     if panel.unit == "percentunit":
         ax.set_ylim(0, 1.05)
@@ -102,14 +166,14 @@ def _draw_timeseries(ax: Axes, panel: PanelData, stacked: bool) -> None:
 
 
 def _draw_stat(ax: Axes, panel: PanelData) -> None:
-    lines = [(name, s) for target in panel.targets for name, s in target.labelled()]
-    names = [n for n, _s in lines]
-    values = [s.finite_samples[-1][1] for _n, s in lines]
-    bars = ax.barh(names, values, color=colors(lines))
+    series = drawn(panel)
+    names = [d.name for d in series]
+    values = [d.series.finite_samples[-1][1] for d in series]
+    bars = ax.barh(names, values, color=[d.color for d in series])
     for bar, value in zip(bars, values, strict=True):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                 " " + format_value(value, panel.unit), va="center", fontsize=9)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_value(v, panel.unit)))
+    _value_axis(ax.xaxis, panel.unit)
     ax.set_xlim(0, max(values) * 1.35 if max(values) > 0 else 1)
     ax.invert_yaxis()
 
@@ -139,9 +203,8 @@ def _umask() -> int:
     return mask
 
 
-def render_png(panels: Sequence[PanelData], out: Path, title: str, subtitle: str,
-               stacked_titles: frozenset[str] = frozenset()) -> None:
-    """Draw ``panels`` into ``out`` (PNG); ``stacked_titles`` are drawn as stacked areas."""
+def render_png(panels: Sequence[PanelData], out: Path, title: str, subtitle: str) -> None:
+    """Draw ``panels`` into ``out`` (PNG), stacked where the dashboard stacks them."""
     rows, cols = grid_shape(len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(8.5 * cols, 3.9 * rows), squeeze=False)
     try:
@@ -153,7 +216,7 @@ def render_png(panels: Sequence[PanelData], out: Path, title: str, subtitle: str
             elif panel.kind == "heatmap":
                 _draw_heatmap(ax, panel)
             else:
-                _draw_timeseries(ax, panel, panel.title in stacked_titles)
+                _draw_timeseries(ax, panel)
                 ax.set_ylabel(describe(panel.unit), fontsize=8)
             if panel.notes:
                 ax.text(0.99, 0.02, "; ".join(panel.notes), transform=ax.transAxes,

@@ -5,6 +5,8 @@ Example:
     ('3 GiB', '2.5 GB/s', '4.2 ms')
     >>> format_value(0.873, "percentunit"), format_value(12_500, "short")
     ('87.3%', '12.5k')
+    >>> [format_value(v, "bytes") for v in binary_ticks(0, 37 * 1024**3)]
+    ['0 B', '8 GiB', '16 GiB', '24 GiB', '32 GiB', '40 GiB']
 """
 
 from __future__ import annotations
@@ -51,6 +53,22 @@ def format_value(value: float, unit: str) -> str:
         return f"{value * 100:.3g}%"
     scaled, prefix = _scaled(value, 1000.0, _SI)
     return f"{_number(scaled)}{prefix}"
+
+
+#: Units whose axes tick at binary steps (Grafana's IEC ``bytes``).
+BINARY_UNITS = frozenset({"bytes"})
+
+
+def binary_ticks(vmin: float, vmax: float, nbins: int = 6) -> list[float]:
+    """Ticks covering ``vmin``..``vmax`` at multiples of a power of two (at least 1), the
+    smallest one that needs no more than ``nbins`` steps: IEC labels then read
+    ``512 MiB``, ``1 GiB``, ``1.5 GiB`` instead of ``954 MiB``, ``1.86 GiB``."""
+    if not (math.isfinite(vmin) and math.isfinite(vmax)) or vmax <= vmin:
+        return [vmin] if math.isfinite(vmin) else []
+    step = 2.0 ** max(0, math.ceil(math.log2((vmax - vmin) / nbins)))
+    first = math.floor(vmin / step)
+    last = math.ceil(vmax / step)
+    return [i * step for i in range(first, last + 1)]
 
 
 def describe(unit: str) -> str:

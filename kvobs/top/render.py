@@ -4,7 +4,7 @@ Each panel shows, top to bottom: the tiers (a bar per tier: in use in the tier's
 cached in its lighter shade, free as dots, then the numbers), the lookup split (where
 looked-up tokens were found), the transfers per direction (throughput, p50 / p99
 latency, drops and failures) and the health line (thrash onloads, wasted offloads,
-instrumentation errors). Colours come from :mod:`kvobs.report.palette`, the same as the
+instrumentation errors). Colours come from :mod:`kvobs.palette`, the same as the
 report's and the dashboards'. Below 92 columns the tables fold into two short lines per
 tier or direction, so a narrow terminal (40 columns and up) still reads.
 
@@ -28,7 +28,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kvobs.report.palette import NEUTRAL, OUTCOMES, direction_color, tier_color
+from kvobs.palette import NEUTRAL, OUTCOMES, direction_color, tier_color
 from kvobs.report.units import format_value
 from kvobs.top.model import EndpointView, TierView, TransferView
 

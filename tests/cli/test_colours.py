@@ -1,82 +1,198 @@
-"""One colour per tier, outcome and direction: the report, the dashboards and kvobs top agree."""
+"""One colour per tier, outcome and direction: the report, the dashboards and kvobs top agree.
+
+The rules of issue 21 ("Pictures"): every panel that splits by tier gives each tier its
+palette colour (states and eviction reasons as shades and dashes of it), occupancy is
+stacked per tier, byte axes are IEC, and ``kvobs report`` draws what the overrides say.
+"""
 
 import re
 
 import pytest
 
+from kvobs.palette import (
+    DIRECTIONS,
+    LINES,
+    OTHERS,
+    OUTCOMES,
+    REASONS,
+    SHADES,
+    TIERS,
+    legend_styles,
+    series_color,
+)
 from kvobs.report.boards import dashboard_json, dashboard_stems
-from kvobs.report.fetch import PanelData, TargetData, data_panels
-from kvobs.report.palette import DIRECTIONS, OUTCOMES, TIERS, series_color
+from kvobs.report.fetch import PanelData, TargetData, data_panels, is_stacked, series_overrides
 from kvobs.report.prometheus_api import Series
 
+BOARDS = {stem: dashboard_json(stem) for stem in dashboard_stems()}
 
-def overrides(board):
-    for panel in data_panels(board):
-        for override in panel.get("fieldConfig", {}).get("overrides", []):
-            props = {p["id"]: p["value"] for p in override["properties"]}
-            if "color" in props:
-                yield panel, override["matcher"]["options"], props
+
+def panel(stem, title):
+    (found,) = [p for p in data_panels(BOARDS[stem]) if p["title"] == title]
+    return found
+
+
+def legends(p):
+    return [t.get("legendFormat", "") for t in p.get("targets", [])]
 
 
 def test_palette_colours_are_distinct_within_each_kind():
     for kind in (TIERS, DIRECTIONS, OUTCOMES):
         assert len(set(kind.values())) == len(kind)
     assert OUTCOMES["gpu_hit"] == TIERS["gpu"] and OUTCOMES["host_hit"] == TIERS["host"]
+    shades = [c for tier in SHADES.values() for c in tier.values()]
+    assert len(set(shades)) == len(shades)  # no tier's shade is another tier's
+    assert set(TIERS) >= {"gpu", "host", "disk", "remote"}
+    assert not set(OTHERS) & (set(shades) | set(DIRECTIONS.values()) | set(OUTCOMES.values()))
 
 
-@pytest.mark.parametrize("stem", dashboard_stems())
-def test_dashboard_overrides_are_the_palette(stem):
-    board = dashboard_json(stem)
-    for panel, name, props in overrides(board):
-        color = props["color"]["fixedColor"]
-        direction = re.search(r"(\w+) → (\w+)", name)
-        if direction:
-            assert color == DIRECTIONS[direction.groups()], (panel["title"], name)
-        elif name in OUTCOMES:
-            assert color == OUTCOMES[name], (panel["title"], name)
-        else:
-            tier, _, rest = name.partition(" ")
-            expected = series_color({"tier": tier, "state": rest} if rest in ("in_use", "cached")
-                                    else {"tier": tier})
-            assert color == expected, (panel["title"], name)
+def test_the_palette_is_one_module_that_report_and_top_share():
+    import kvobs.palette
+    import kvobs.report.palette
+    import kvobs.top.render
+
+    assert kvobs.report.palette.TIERS is kvobs.palette.TIERS
+    assert kvobs.top.render.tier_color is kvobs.palette.tier_color
 
 
-def test_tiers_dashboard_colours_every_tier_outcome_and_direction_panel():
-    coloured = {panel["title"] for panel, _n, _p in overrides(dashboard_json("kvobs-tiers"))}
-    for title in ("Capacity per tier (tokens)", "Resident occupancy per tier (in use vs cached)",
-                  "Lookup tokens by outcome", "Transfer throughput per direction vs link peak",
-                  "Transfer latency p50 / p99", "Drops and failures"):
-        assert title in coloured, title
-    # an eviction reason is not a tier: those lines keep distinct colours
-    assert "Evictions per tier and reason" not in coloured
+@pytest.mark.parametrize("stem", sorted(BOARDS))
+def test_dashboard_overrides_are_exactly_the_palette(stem):
+    for p in data_panels(BOARDS[stem]):
+        expected = {}
+        for legend in legends(p):
+            expected |= legend_styles(legend)
+        found = series_overrides(p)
+        assert set(found) == set(expected), p["title"]
+        for name, style in expected.items():
+            assert found[name]["color"] == {"mode": "fixed", "fixedColor": style.color}
+            if p["type"] == "timeseries" and style.line != "solid":
+                assert found[name]["custom.lineStyle"] == LINES[style.line], (p["title"], name)
 
 
-def test_report_draws_series_in_the_palette_colours():
+@pytest.mark.parametrize("stem", sorted(BOARDS))
+def test_every_panel_split_by_tier_gives_each_tier_its_colour(stem):
+    split = [p for p in data_panels(BOARDS[stem])
+             if any("{{tier}}" in legend for legend in legends(p))]
+    assert split or stem == "kvobs-fleet" or stem == "kvobs-host-pool"
+    for p in split:
+        found = series_overrides(p)
+        for tier, shades in SHADES.items():
+            mine = {n: o for n, o in found.items() if n.split(" ")[0] == tier}
+            assert mine, (p["title"], tier)
+            assert {o["color"]["fixedColor"] for o in mine.values()} <= set(shades.values())
+
+
+def test_evictions_are_tier_hues_with_reason_shades_and_dashes():
+    found = series_overrides(panel("kvobs-tiers", "Evictions per tier and reason"))
+    looks = {}
+    for name, props in found.items():
+        tier, reason = name.split(" ")
+        shade, line = REASONS[reason]
+        assert props["color"]["fixedColor"] == SHADES[tier][shade], name
+        assert props.get("custom.lineStyle", LINES["solid"]) == LINES[line], name
+        looks[name] = (props["color"]["fixedColor"], str(props.get("custom.lineStyle")))
+    assert len(set(looks.values())) == len(looks) == len(SHADES) * len(REASONS)
+    # the pairs the issue found indistinguishable with Grafana's stock colours
+    assert looks["gpu capacity"][0] != looks["host other"][0]
+    assert looks["host capacity"][0] != looks["gpu reset"][0]
+    assert series_color({"tier": "gpu", "reason": "capacity"}) == TIERS["gpu"]
+
+
+@pytest.mark.parametrize("stem,title", [
+    ("kvobs-tiers", "Resident occupancy per tier (in use vs cached)"),
+    ("kvobs-tiers", "Resident bytes per tier"),
+    ("kvobs-host-pool", "Host occupancy"),
+])
+def test_occupancy_stacks_each_tier_by_state(stem, title):
+    p = panel(stem, title)
+    assert is_stacked(p)
+    found = series_overrides(p)
+    for tier in SHADES:
+        for state in ("in_use", "cached"):
+            assert found[f"{tier} {state}"]["custom.stacking"] == {"mode": "normal",
+                                                                  "group": tier}
+        if f"{tier} capacity" in found:  # a reference line, never part of the stack
+            assert found[f"{tier} capacity"]["custom.stacking"]["mode"] == "none"
+            assert found[f"{tier} capacity"]["custom.lineStyle"] == LINES["dash"]
+
+
+@pytest.mark.parametrize("stem", sorted(BOARDS))
+def test_byte_panels_use_the_iec_unit(stem):
+    assert '"decbytes"' not in str(BOARDS[stem]).replace("'", '"')
+    for p in data_panels(BOARDS[stem]):
+        exprs = " ".join(t["expr"] for t in p["targets"])
+        if re.search(r"kvobs_\w+_bytes\b(?!_)", exprs) and "rate(" not in exprs:
+            assert p["fieldConfig"]["defaults"]["unit"] == "bytes", p["title"]
+
+
+def _draw(p, series_by_legend):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.colors import to_hex
 
     from kvobs.report.render import _draw_timeseries
 
-    samples = [(1.0, 1.0), (2.0, 2.0)]
-    panel = PanelData("Transfer latency p50 / p99", "timeseries", "s", "", [
-        TargetData("p50 {{src_tier}} → {{dst_tier}}", "q1",
-                   [Series({"src_tier": "gpu", "dst_tier": "host"}, samples)]),
-        TargetData("p99 {{src_tier}} → {{dst_tier}}", "q2",
-                   [Series({"src_tier": "gpu", "dst_tier": "host"}, samples)]),
-        TargetData("{{tier}} {{reason}}", "q3",
-                   [Series({"tier": "gpu", "reason": "explicit"}, samples)]),
-    ])
+    data = PanelData(p["title"], "timeseries", p["fieldConfig"]["defaults"]["unit"], "", [
+        TargetData(legend, f"q{i}", series_by_legend.get(legend, []))
+        for i, legend in enumerate(legends(p))], overrides=series_overrides(p),
+        stacked=is_stacked(p))
     fig, ax = plt.subplots()
+    _draw_timeseries(ax, data)
+    fig.canvas.draw()
+    return fig, ax
+
+
+def test_report_draws_evictions_in_the_dashboards_shades_and_dashes():
+    from matplotlib.colors import to_hex
+
+    samples = [(1.0, 1.0), (2.0, 2.0)]
+    p = panel("kvobs-tiers", "Evictions per tier and reason")
+    fig, ax = _draw(p, {"{{tier}} {{reason}}": [
+        Series({"tier": tier, "reason": reason}, samples)
+        for tier in ("gpu", "host") for reason in REASONS]})
     try:
-        _draw_timeseries(ax, panel, stacked=False)
         lines = {line.get_label(): line for line in ax.get_lines()}
+        found = series_overrides(p)
+        for name, line in lines.items():
+            assert to_hex(line.get_color()) == found[name]["color"]["fixedColor"].lower()
+        looks = {(to_hex(ln.get_color()), str(ln.get_linestyle())) for ln in lines.values()}
+        assert len(looks) == len(lines) == 8
+        assert lines["gpu capacity"].get_linestyle() == "-"
+        assert lines["host explicit"].get_linestyle() != "-"
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_report_stacks_occupancy_per_tier_under_a_dashed_capacity():
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    p = panel("kvobs-tiers", "Resident bytes per tier")
+    at = [(1.0, 0.0), (2.0, 0.0)]
+
+    def s(tier, value, state=None):
+        labels = {"tier": tier} | ({"state": state} if state else {})
+        return Series(labels, [(t, value) for t, _ in at])
+
+    fig, ax = _draw(p, {
+        "{{tier}} {{state}}": [s("gpu", 2.0, "in_use"), s("gpu", 3.0, "cached"),
+                               s("host", 7.0, "in_use"), s("host", 1.0, "cached")],
+        "{{tier}} capacity": [s("gpu", 8.0), s("host", 16.0)]})
+    try:
+        tops = {}
+        for line in ax.get_lines():
+            tops.setdefault(to_hex(line.get_color()), []).append(
+                (float(np.max(line.get_ydata())), line.get_linestyle()))
+        gpu, host = SHADES["gpu"], SHADES["host"]
+        assert (2.0, "-") in tops[gpu["base"].lower()]  # in_use at the bottom
+        assert (5.0, "-") in tops[gpu["light"].lower()]  # cached stacked on in_use
+        assert (8.0, "-") in tops[host["light"].lower()]  # per tier: not on top of gpu
+        capacity = [ln for ln in ax.get_lines() if ln.get_linestyle() != "-"]
+        assert sorted(float(np.max(ln.get_ydata())) for ln in capacity) == [8.0, 16.0]
+        assert len(ax.collections) == 4  # one filled area per tier and state
     finally:
         plt.close(fig)
-    offload = DIRECTIONS[("gpu", "host")].lower()
-    assert to_hex(lines["p50 gpu → host"].get_color()) == offload
-    assert to_hex(lines["p99 gpu → host"].get_color()) == offload
-    assert lines["p99 gpu → host"].get_linestyle() == "--"
-    assert to_hex(lines["gpu explicit"].get_color()) != TIERS["gpu"].lower()  # not a tier line

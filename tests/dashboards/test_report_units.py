@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvobs.report.fetch import legend
-from kvobs.report.units import format_value
+from kvobs.report.units import binary_ticks, format_value
 
 
 @pytest.mark.parametrize(
@@ -37,3 +39,43 @@ def test_legend_fills_labels_and_drops_missing_ones() -> None:
         == "p99 host → gpu"
     )
     assert legend("{{tier}} {{state}}", {"tier": "gpu"}) == "gpu"
+
+
+@pytest.mark.parametrize(
+    "vmin,vmax,ticks",
+    [
+        (0, 37 * 1024**3, [0, 8, 16, 24, 32, 40]),
+        (0, 3.5 * 1024**3, [0, 1, 2, 3, 4]),
+        (0, 1.2 * 1024**3, [0, 0.25, 0.5, 0.75, 1, 1.25]),
+    ],
+)
+def test_byte_axes_tick_at_binary_steps(vmin: float, vmax: float, ticks: list[float]) -> None:
+    assert binary_ticks(vmin, vmax) == [t * 1024**3 for t in ticks]
+    labels = [format_value(t, "bytes") for t in binary_ticks(vmin, vmax)]
+    assert all(re.fullmatch(r"0 B|\d+(\.\d+)? [KMGT]iB", label) for label in labels), labels
+
+
+def test_small_and_empty_byte_ranges() -> None:
+    assert binary_ticks(0, 3) == [0, 1, 2, 3]
+    assert binary_ticks(5, 5) == [5]
+
+
+def test_report_byte_axes_use_the_binary_locator() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvobs.report.render import _value_axis
+
+    fig, ax = plt.subplots()
+    try:
+        ax.plot([0, 1], [0, 10 * 1024**3])
+        _value_axis(ax.yaxis, "bytes")
+        ax.set_ylim(bottom=0)
+        fig.canvas.draw()
+        steps = {b - a for a, b in zip(ax.get_yticks()[:-1], ax.get_yticks()[1:], strict=True)}
+        assert steps == {2 * 1024**3}
+        assert [t.get_text() for t in ax.get_yticklabels()][:3] == ["0 B", "2 GiB", "4 GiB"]
+    finally:
+        plt.close(fig)
