@@ -78,9 +78,10 @@ def _occupancy() -> Section:
                    "100% evicts on every offload.",
                    "percentunit",
                    [Query(ratio(sum_by("tier, state",
-                                       series("kvobs_tier_resident_blocks", _HOST)),
+                                       series("kvobs_tier_resident_blocks", _HOST, state)),
                                 sum_by("tier", series("kvobs_tier_capacity_blocks", _HOST)),
-                                "on (tier) group_left ()"), "{{tier}} {{state}}")],
+                                "on (tier) group_left ()"), "{{tier}} {{state}}")
+                    for state in ('state="in_use"', 'state="cached"')],
                    ratio=True, stack_per_tier=True),
         timeseries("Host evictions by reason",
                    "Blocks per second dropped from the host tier, stacked by reason in shades "

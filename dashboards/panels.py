@@ -26,6 +26,7 @@ from grafanalib.core import (
     Dashboard,
     GridPos,
     Panel,
+    Repeat,
     RowPanel,
     Stat,
     Target,
@@ -34,7 +35,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from kvobs.palette import LINES, legend_series
+from kvobs.palette import BROKEN_LINE_WIDTH, LINES, legend_series
 
 from .variables import templates
 
@@ -42,6 +43,9 @@ from .variables import templates
 DATASOURCE = "${datasource}"
 
 _GRID_WIDTH = 24
+
+#: Copies of a repeated panel per row.
+_MAX_PER_ROW = 4
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,17 @@ def color_overrides(queries: Sequence[Query], *, lines: bool = True,
     eviction reason); with ``stack_per_tier``, a stacking group per tier, reference
     (dashed) lines left out of the stack."""
     overrides: list[dict[str, Any]] = []
+    named: set[str] = set()
     for query in queries:
         for name, labels, style in legend_series(query.legend):
+            if name in named:  # two queries with one legend (a state each): one override
+                continue
+            named.add(name)
             properties: list[dict[str, Any]] = [
                 {"id": "color", "value": {"mode": "fixed", "fixedColor": style.color}}]
-            if lines and style.line != "solid":
-                properties.append({"id": "custom.lineStyle", "value": LINES[style.line]})
+            if lines and style.line != "solid":  # broken lines a little wider, to read
+                properties += [{"id": "custom.lineStyle", "value": LINES[style.line]},
+                               {"id": "custom.lineWidth", "value": BROKEN_LINE_WIDTH}]
             if stack_per_tier and "tier" in labels:
                 if style.line == "solid":
                     properties.append({"id": "custom.stacking",
@@ -96,10 +105,13 @@ def timeseries(
     stacked: bool = False,
     stack_per_tier: bool = False,
     ratio: bool = False,
+    repeat: str | None = None,
     width: int = 12,
 ) -> TimeSeries:
     """A time series panel; ``ratio`` pins the axis to 0..1, ``stacked`` stacks series,
-    ``stack_per_tier`` stacks each tier's series on their own (occupancy by state)."""
+    ``stack_per_tier`` stacks each tier's series on their own (occupancy by state);
+    ``repeat`` names a variable to draw one copy per value of, side by side (give such a
+    panel the whole row: Grafana lays the copies out from its left edge)."""
     stacked = stacked or stack_per_tier
     return TimeSeries(
         title=title,
@@ -117,6 +129,7 @@ def timeseries(
         tooltipMode="multi",
         tooltipSort="desc",
         overrides=color_overrides(queries, stack_per_tier=stack_per_tier),
+        repeat=Repeat("h", repeat, _MAX_PER_ROW) if repeat else Repeat(),
         span=width,
     )
 
@@ -237,6 +250,7 @@ def kvobs_dashboard(*, title: str, uid: str, description: str, tags: Sequence[st
         refresh=refresh,
         graphTooltip=1,
         time=Time(time_from, "now"),
-        templating=Templating(list=templates()),
+        templating=Templating(list=templates(
+            {p.repeat.variable for s in sections for p in s.panels if p.repeat.variable})),
         panels=layout(sections),
     )

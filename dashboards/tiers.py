@@ -19,6 +19,10 @@ from .queries import quantile, rate, ratio, series, sum_by
 UID = "kvobs-tiers"
 TITLE = "kvobs / KV cache tiers"
 _LINK = "{{src_tier}} → {{dst_tier}}"
+#: The per-tier panels repeat over the ``tier`` variable: one copy per selected tier.
+_TIER = 'tier=~"$tier"'
+#: Resident states in stacking order: in use at the bottom, cached on top of it.
+_STATES = ('state="in_use"', 'state="cached"')
 
 
 def _capacity() -> Section:
@@ -27,12 +31,14 @@ def _capacity() -> Section:
              "Tokens of KV data each tier can hold, summed over the selected instances. The "
              "GPU tier bounds how many requests run at once; the host tier bounds how much "
              "reusable context is kept. They are never added into one concurrency figure.",
-             "short", [Query(sum_by("tier", series("kvobs_tier_capacity_tokens")), "{{tier}}")]),
+             "short", [Query(sum_by("tier", series("kvobs_tier_capacity_tokens")), "{{tier}}")],
+             width=12),
         stat("Capacity per tier (bytes)",
              "Bytes of KV data each tier can hold (blocks x bytes per block), summed over "
              "the selected instances.",
-             "bytes", [Query(sum_by("tier", series("kvobs_tier_capacity_bytes")), "{{tier}}")]),
-        timeseries("Resident occupancy per tier (in use vs cached)",
+             "bytes", [Query(sum_by("tier", series("kvobs_tier_capacity_bytes")), "{{tier}}")],
+             width=12),
+        timeseries("Resident occupancy of $tier (in use vs cached)",
                    "Share of each tier's blocks that hold KV data, stacked per tier in its colour: "
                    "in_use (full shade) by running requests, cached (light shade) for reuse by "
                    "a later prefix hit; the top of a tier's stack is its occupancy, the rest "
@@ -40,21 +46,23 @@ def _capacity() -> Section:
                    "100% with mostly cached blocks is full of reusable context (good); near "
                    "100% in_use means it limits the batch.",
                    "percentunit",
-                   [Query(ratio(sum_by("tier, state", series("kvobs_tier_resident_blocks")),
-                                sum_by("tier", series("kvobs_tier_capacity_blocks")),
+                   [Query(ratio(sum_by("tier, state",
+                                       series("kvobs_tier_resident_blocks", _TIER, state)),
+                                sum_by("tier", series("kvobs_tier_capacity_blocks", _TIER)),
                                 "on (tier) group_left ()"),
-                          "{{tier}} {{state}}")],
-                   ratio=True, stack_per_tier=True),
-        timeseries("Resident bytes per tier",
+                          "{{tier}} {{state}}") for state in _STATES],
+                   ratio=True, stack_per_tier=True, repeat="tier", width=24),
+        timeseries("Resident bytes of $tier",
                    "Bytes of KV data resident per tier, in_use and cached stacked per tier, with "
                    "each tier's capacity as a dashed reference line in its colour. Resident "
                    "never exceeds capacity.",
                    "bytes",
-                   [Query(sum_by("tier, state", series("kvobs_tier_resident_bytes")),
-                          "{{tier}} {{state}}"),
-                    Query(sum_by("tier", series("kvobs_tier_capacity_bytes")),
+                   [*(Query(sum_by("tier, state",
+                                   series("kvobs_tier_resident_bytes", _TIER, state)),
+                            "{{tier}} {{state}}") for state in _STATES),
+                    Query(sum_by("tier", series("kvobs_tier_capacity_bytes", _TIER)),
                           "{{tier}} capacity")],
-                   stack_per_tier=True),
+                   stack_per_tier=True, repeat="tier", width=24),
     ])
 
 

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +27,13 @@ FILTERS: tuple[tuple[str, str, str], ...] = (
     ("engine", "Engine", "Inference engine kvobs instruments: vllm, sglang, lmcache, demo..."),
     ("model", "Model", "Model served by the engine."),
     ("instance", "Instance", "Engine instance (scrape target host:port)."),
+)
+
+#: Variables a panel repeats over (one copy per value), not filters of every query:
+#: occupancy is drawn once per tier, each tier's states stacked on their own.
+REPEATS: tuple[tuple[str, str, str, str], ...] = (
+    ("tier", "Tier", "KV cache tiers the per-tier occupancy panels repeat over.",
+     "kvobs_tier_capacity_blocks"),
 )
 
 #: The data source variable; panels and targets refer to it as ``${datasource}``.
@@ -53,12 +61,14 @@ def all_values(rate_interval: str = "1m") -> dict[str, str]:
             scrape interval and the panel's resolution).
     """
     values = {name: ALL for name, _label, _help in FILTERS}
+    values |= {name: ALL for name, _label, _help, _metric in REPEATS}
     values["__rate_interval"] = rate_interval
     return values
 
 
-def templates() -> list[Template]:
-    """The data source variable followed by the chained filter variables."""
+def templates(repeats: Collection[str] = ()) -> list[Template]:
+    """The data source variable followed by the chained filter variables, then the
+    variables of :data:`REPEATS` named in ``repeats`` (those the dashboard's panels use)."""
     from grafanalib.core import Template
 
     result = [
@@ -88,11 +98,31 @@ def templates() -> list[Template]:
                 sort=1,
             )
         )
+    scope = "{" + selector() + "}"
+    for name, label, _help, metric in REPEATS:
+        if name not in repeats:
+            continue
+        result.append(
+            Template(
+                name=name,
+                label=label,
+                type="query",
+                dataSource="${" + DATASOURCE + "}",
+                query=f"label_values({metric}{scope}, {name})",
+                includeAll=True,
+                multi=True,
+                allValue=ALL,
+                default="$__all",
+                refresh=2,
+                sort=1,
+            )
+        )
     return result
 
 
 def descriptions() -> dict[str, str]:
     """Variable name -> description, written into the JSON by :mod:`.modern`."""
     return {name: help_ for name, _label, help_ in FILTERS} | {
+        name: help_ for name, _label, help_, _metric in REPEATS} | {
         DATASOURCE: "Prometheus data source that scrapes the kvobs exporters."
     }

@@ -65,6 +65,10 @@ LINES: dict[str, dict[str, object]] = {
     "dashdot": {"fill": "dash", "dash": [12, 6, 2, 6]},
 }
 
+#: Grafana ``custom.lineWidth`` of a dashed, dotted or dash-dotted line (solid: 1): a
+#: broken line in a light shade needs the width to stay visible.
+BROKEN_LINE_WIDTH = 2
+
 #: Lookup outcome -> colour: a hit on a tier is that tier's colour.
 OUTCOMES: dict[str, str] = {
     "gpu_hit": TIERS["gpu"],

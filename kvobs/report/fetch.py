@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvobs.dashboards.promql import GPU_ONLY_METRICS, metric_names, substitute
 from kvobs.errors import KvobsError
 from kvobs.report.prometheus_api import PrometheusClient, QueryFailed, Series
+from kvobs.tiers import tier_order
 
 
 class ReportError(KvobsError):
@@ -55,6 +56,32 @@ class PanelData:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Whether the panel stacks its series (Grafana's ``custom.stacking.mode``).
     stacked: bool = False
+    #: The variable Grafana repeats the panel over (one copy per value), if any.
+    repeat: str | None = None
+
+
+def repeated(panel: PanelData) -> list[tuple[str, PanelData]]:
+    """The copies Grafana draws of ``panel``: one per value of its ``repeat`` variable
+    (the label of that name), fastest tier first, titles filled in; ``[("", panel)]``
+    for a panel that does not repeat.
+
+    Example:
+        >>> one = PanelData("Resident $tier", "timeseries", "bytes", "", [TargetData(
+        ...     "{{tier}}", "q", [Series({"tier": "host"}, []), Series({"tier": "gpu"}, [])])],
+        ...     repeat="tier")
+        >>> [(value, copy.title, len(copy.targets[0].series)) for value, copy in repeated(one)]
+        [('gpu', 'Resident gpu', 1), ('host', 'Resident host', 1)]
+    """
+    name = panel.repeat
+    if not name:
+        return [("", panel)]
+    values = sorted({s.labels.get(name, "") for t in panel.targets for s in t.series},
+                    key=lambda v: (tier_order(v), v) if name == "tier" else (0, v))
+    return [(value, replace(
+        panel, title=panel.title.replace(f"${name}", value), repeat=None,
+        targets=[replace(t, series=[s for s in t.series if s.labels.get(name, "") == value])
+                 for t in panel.targets]))
+        for value in values]
 
 
 def series_overrides(panel: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -124,7 +151,8 @@ def fetch_panels(client: PrometheusClient, dashboard: Mapping[str, Any],
         defaults = panel.get("fieldConfig", {}).get("defaults", {})
         result.append(PanelData(title, panel["type"], defaults.get("unit", "short"),
                                 panel.get("description", ""), targets, notes,
-                                series_overrides(panel), is_stacked(panel)))
+                                series_overrides(panel), is_stacked(panel),
+                                panel.get("repeat") or None))
     return result
 
 

@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 from kvobs.palette import (
+    BROKEN_LINE_WIDTH,
     CACHED,
     DIRECTIONS,
     LINES,
@@ -30,6 +31,7 @@ from kvobs.palette import (
     tier_color,
 )
 
-__all__ = ["CACHED", "DIRECTIONS", "LINES", "NEUTRAL", "OTHERS", "OUTCOMES", "PALETTE_LABELS",
-           "REASONS", "SHADES", "TIERS", "Style", "dashed", "direction_color", "legend_colors",
-           "legend_styles", "series_color", "series_style", "tier_color"]
+__all__ = ["BROKEN_LINE_WIDTH", "CACHED", "DIRECTIONS", "LINES", "NEUTRAL", "OTHERS",
+           "OUTCOMES", "PALETTE_LABELS", "REASONS", "SHADES", "TIERS", "Style", "dashed",
+           "direction_color", "legend_colors", "legend_styles", "series_color", "series_style",
+           "tier_color"]

@@ -11,7 +11,7 @@ is written to a temporary file beside ``out`` and renamed into place, so a failu
 leaves a partial picture behind.
 
 Example:
-    >>> from kvobs.report.fetch import PanelData
+    >>> from kvobs.report.fetch import PanelData, repeated
     >>> grid_shape(5)
     (3, 2)
 """
@@ -34,10 +34,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.ticker import FuncFormatter, Locator
+from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator
 
-from kvobs.palette import OTHERS
-from kvobs.report.fetch import PanelData
+from kvobs.palette import NEUTRAL, OTHERS, tier_color
+from kvobs.report.fetch import PanelData, repeated
 from kvobs.report.prometheus_api import Series
 from kvobs.report.units import BINARY_UNITS, binary_ticks, describe, format_value
 
@@ -68,6 +68,8 @@ class Drawn:
     series: Series
     color: str
     linestyle: Any
+    #: Line width in points: Grafana's ``custom.lineWidth`` (1 unless overridden) + 0.6.
+    linewidth: float
     #: Stacking group (Grafana's ``custom.stacking.group``); None draws a plain line.
     group: str | None
 
@@ -109,7 +111,7 @@ def drawn(panel: PanelData) -> list[Drawn]:
             stacking = props.get("custom.stacking", default)
             group = str(stacking.get("group", "A")) if stacking.get("mode") == "normal" else None
             result.append(Drawn(name, series, color, linestyle(props.get("custom.lineStyle")),
-                                group))
+                                0.6 + float(props.get("custom.lineWidth", 1)), group))
     return result
 
 
@@ -138,7 +140,7 @@ def _draw_stack(ax: Axes, members: Sequence[Drawn], alpha: float) -> None:
         values = dict(d.series.finite_samples)
         top = base + np.array([values.get(t, 0.0) for t in grid])
         ax.fill_between(grid, base, top, color=d.color, alpha=alpha, linewidth=0, label=d.name)
-        ax.plot(grid, top, color=d.color, linestyle=d.linestyle, linewidth=1.2)
+        ax.plot(grid, top, color=d.color, linestyle=d.linestyle, linewidth=d.linewidth - 0.4)
         base = top
 
 
@@ -154,7 +156,7 @@ def _draw_timeseries(ax: Axes, panel: PanelData) -> None:
     for d in series:
         if d.group is None:
             ax.plot([t for t, _v in d.series.finite_samples],
-                    [v for _t, v in d.series.finite_samples], label=d.name, linewidth=1.6,
+                    [v for _t, v in d.series.finite_samples], label=d.name, linewidth=d.linewidth,
                     color=d.color, linestyle=d.linestyle)
     _time_axis(ax)
     ax.legend(fontsize=7, loc="upper left", ncol=2 if len(series) > 4 else 1, framealpha=0.7)
@@ -169,7 +171,10 @@ def _draw_stat(ax: Axes, panel: PanelData) -> None:
     series = drawn(panel)
     names = [d.name for d in series]
     values = [d.series.finite_samples[-1][1] for d in series]
-    bars = ax.barh(names, values, color=[d.color for d in series])
+    # a bar the palette does not name (a model, a what-if size) is grey, as Grafana's
+    # uncoloured stat text: rainbow bars would suggest a meaning they do not have
+    bars = ax.barh(names, values, color=[d.color if d.name in panel.overrides else NEUTRAL
+                                         for d in series])
     for bar, value in zip(bars, values, strict=True):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                 " " + format_value(value, panel.unit), va="center", fontsize=9)
@@ -196,6 +201,39 @@ def _draw_heatmap(ax: Axes, panel: PanelData) -> None:
     plt.colorbar(mesh, ax=ax, label="per second", pad=0.01)
 
 
+def _draw_panel(ax: Axes, panel: PanelData, title: bool = True) -> None:
+    if title:
+        ax.set_title(panel.title, fontsize=11, loc="left", fontweight="bold")
+    if panel.kind == "stat":
+        _draw_stat(ax, panel)
+    elif panel.kind == "heatmap":
+        _draw_heatmap(ax, panel)
+    else:
+        _draw_timeseries(ax, panel)
+        ax.set_ylabel(describe(panel.unit), fontsize=8)
+    if panel.notes:
+        ax.text(0.99, 0.02, "; ".join(panel.notes), transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=7, color="#777777")
+    ax.tick_params(labelsize=7)
+
+
+def _draw_copies(ax: Axes, panel: PanelData, copies: Sequence[tuple[str, PanelData]]) -> None:
+    """A repeated panel: its copies side by side in one cell, as Grafana lays them out."""
+    ax.axis("off")
+    ax.set_title(panel.title.replace(f"${panel.repeat}", f"each {panel.repeat}"),
+                 fontsize=11, loc="left", fontweight="bold")
+    gap = 0.1
+    width = (1 - gap * (len(copies) - 1)) / len(copies)
+    for i, (value, copy) in enumerate(copies):
+        inner = ax.inset_axes((i * (width + gap), 0, width, 0.9))
+        inner.set_title(value, fontsize=9, loc="left", fontweight="bold",
+                        color=tier_color(value) if panel.repeat == "tier" else "black")
+        _draw_panel(inner, copy, title=False)
+        if i:
+            inner.set_ylabel("")
+        inner.xaxis.set_major_locator(MaxNLocator(nbins=max(2, 6 // len(copies))))
+
+
 def _umask() -> int:
     """The process umask (read by setting it, so set it straight back)."""
     mask = os.umask(0o022)
@@ -210,18 +248,11 @@ def render_png(panels: Sequence[PanelData], out: Path, title: str, subtitle: str
     try:
         fig.suptitle(f"{title}\n{subtitle}", fontsize=14, y=0.995)
         for ax, panel in zip(axes.flat, panels, strict=False):
-            ax.set_title(panel.title, fontsize=11, loc="left", fontweight="bold")
-            if panel.kind == "stat":
-                _draw_stat(ax, panel)
-            elif panel.kind == "heatmap":
-                _draw_heatmap(ax, panel)
+            copies = repeated(panel)
+            if len(copies) == 1 and not panel.repeat:
+                _draw_panel(ax, panel)
             else:
-                _draw_timeseries(ax, panel)
-                ax.set_ylabel(describe(panel.unit), fontsize=8)
-            if panel.notes:
-                ax.text(0.99, 0.02, "; ".join(panel.notes), transform=ax.transAxes,
-                        ha="right", va="bottom", fontsize=7, color="#777777")
-            ax.tick_params(labelsize=7)
+                _draw_copies(ax, panel, copies)
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         fig.tight_layout(rect=(0, 0, 1, 0.985 - 0.012 * (4 / max(rows, 1))))

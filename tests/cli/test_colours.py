@@ -10,6 +10,7 @@ import re
 import pytest
 
 from kvobs.palette import (
+    BROKEN_LINE_WIDTH,
     DIRECTIONS,
     LINES,
     OTHERS,
@@ -62,11 +63,14 @@ def test_dashboard_overrides_are_exactly_the_palette(stem):
         for legend in legends(p):
             expected |= legend_styles(legend)
         found = series_overrides(p)
+        names = [o["matcher"]["options"] for o in p["fieldConfig"]["overrides"]]
+        assert len(names) == len(set(names)), p["title"]
         assert set(found) == set(expected), p["title"]
         for name, style in expected.items():
             assert found[name]["color"] == {"mode": "fixed", "fixedColor": style.color}
             if p["type"] == "timeseries" and style.line != "solid":
                 assert found[name]["custom.lineStyle"] == LINES[style.line], (p["title"], name)
+                assert found[name]["custom.lineWidth"] == BROKEN_LINE_WIDTH, (p["title"], name)
 
 
 @pytest.mark.parametrize("stem", sorted(BOARDS))
@@ -99,8 +103,8 @@ def test_evictions_are_tier_hues_with_reason_shades_and_dashes():
 
 
 @pytest.mark.parametrize("stem,title", [
-    ("kvobs-tiers", "Resident occupancy per tier (in use vs cached)"),
-    ("kvobs-tiers", "Resident bytes per tier"),
+    ("kvobs-tiers", "Resident occupancy of $tier (in use vs cached)"),
+    ("kvobs-tiers", "Resident bytes of $tier"),
     ("kvobs-host-pool", "Host occupancy"),
 ])
 def test_occupancy_stacks_each_tier_by_state(stem, title):
@@ -116,6 +120,43 @@ def test_occupancy_stacks_each_tier_by_state(stem, title):
             assert found[f"{tier} capacity"]["custom.lineStyle"] == LINES["dash"]
 
 
+@pytest.mark.parametrize("title", ["Resident occupancy of $tier (in use vs cached)",
+                                   "Resident bytes of $tier"])
+def test_occupancy_repeats_per_tier_in_use_below_cached(title):
+    p = panel("kvobs-tiers", title)
+    assert (p["repeat"], p["repeatDirection"], p["gridPos"]["w"]) == ("tier", "h", 24)
+    exprs = [t["expr"] for t in p["targets"]]
+    assert 'state="in_use"' in exprs[0] and 'state="cached"' in exprs[1]  # stacking order
+    assert all('tier=~"$tier"' in e for e in exprs)
+
+
+def test_report_draws_a_repeated_panel_once_per_tier(tmp_path, monkeypatch):
+    from kvobs.report.render import render_png
+
+    p = panel("kvobs-tiers", "Resident occupancy of $tier (in use vs cached)")
+    at = [(1.0, 0.25), (2.0, 0.5)]
+    data = PanelData(p["title"], "timeseries", "percentunit", "", [
+        TargetData(t["legendFormat"], t["expr"], [
+            Series({"tier": tier, "state": state}, at) for tier in ("host", "gpu")])
+        for t, state in zip(p["targets"], ("in_use", "cached"), strict=True)],
+        overrides=series_overrides(p), stacked=is_stacked(p), repeat=p["repeat"])
+    import matplotlib.pyplot as plt
+
+    shown = []
+    real = plt.close
+
+    def keep(fig=None):  # look at the figure before render_png closes it
+        shown.extend(fig.axes[0].child_axes)
+        real(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    render_png([data], tmp_path / "r.png", "t", "s")
+    assert [a.get_title(loc="left") for a in shown] == ["gpu", "host"]
+    for axis, tier in zip(shown, ("gpu", "host"), strict=True):
+        assert {t.get_text() for t in axis.get_legend().get_texts()} == {
+            f"{tier} in_use", f"{tier} cached"}
+
+
 @pytest.mark.parametrize("stem", sorted(BOARDS))
 def test_byte_panels_use_the_iec_unit(stem):
     assert '"decbytes"' not in str(BOARDS[stem]).replace("'", '"')
@@ -125,7 +166,7 @@ def test_byte_panels_use_the_iec_unit(stem):
             assert p["fieldConfig"]["defaults"]["unit"] == "bytes", p["title"]
 
 
-def _draw(p, series_by_legend):
+def _draw(p, series_per_target):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,8 +175,9 @@ def _draw(p, series_by_legend):
     from kvobs.report.render import _draw_timeseries
 
     data = PanelData(p["title"], "timeseries", p["fieldConfig"]["defaults"]["unit"], "", [
-        TargetData(legend, f"q{i}", series_by_legend.get(legend, []))
-        for i, legend in enumerate(legends(p))], overrides=series_overrides(p),
+        TargetData(legend, f"q{i}", series)
+        for i, (legend, series) in enumerate(zip(legends(p), series_per_target, strict=True))],
+        overrides=series_overrides(p),
         stacked=is_stacked(p))
     fig, ax = plt.subplots()
     _draw_timeseries(ax, data)
@@ -148,9 +190,8 @@ def test_report_draws_evictions_in_the_dashboards_shades_and_dashes():
 
     samples = [(1.0, 1.0), (2.0, 2.0)]
     p = panel("kvobs-tiers", "Evictions per tier and reason")
-    fig, ax = _draw(p, {"{{tier}} {{reason}}": [
-        Series({"tier": tier, "reason": reason}, samples)
-        for tier in ("gpu", "host") for reason in REASONS]})
+    fig, ax = _draw(p, [[Series({"tier": tier, "reason": reason}, samples)
+                         for tier in ("gpu", "host") for reason in REASONS]])
     try:
         lines = {line.get_label(): line for line in ax.get_lines()}
         found = series_overrides(p)
@@ -171,17 +212,16 @@ def test_report_stacks_occupancy_per_tier_under_a_dashed_capacity():
     import numpy as np
     from matplotlib.colors import to_hex
 
-    p = panel("kvobs-tiers", "Resident bytes per tier")
+    p = panel("kvobs-tiers", "Resident bytes of $tier")
     at = [(1.0, 0.0), (2.0, 0.0)]
 
     def s(tier, value, state=None):
         labels = {"tier": tier} | ({"state": state} if state else {})
         return Series(labels, [(t, value) for t, _ in at])
 
-    fig, ax = _draw(p, {
-        "{{tier}} {{state}}": [s("gpu", 2.0, "in_use"), s("gpu", 3.0, "cached"),
-                               s("host", 7.0, "in_use"), s("host", 1.0, "cached")],
-        "{{tier}} capacity": [s("gpu", 8.0), s("host", 16.0)]})
+    fig, ax = _draw(p, [[s("gpu", 2.0, "in_use"), s("host", 7.0, "in_use")],
+                        [s("gpu", 3.0, "cached"), s("host", 1.0, "cached")],
+                        [s("gpu", 8.0), s("host", 16.0)]])
     try:
         tops = {}
         for line in ax.get_lines():

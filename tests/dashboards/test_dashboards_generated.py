@@ -13,7 +13,7 @@ from kvobs.cli import main
 from kvobs.dashboards import DASHBOARDS, RULE_FILES, drift, render
 from kvobs.dashboards.promql import problems
 from kvobs.dashboards.recording_rules import recorded_names
-from kvobs.dashboards.variables import FILTERS
+from kvobs.dashboards.variables import FILTERS, REPEATS
 from kvobs.report.fetch import data_panels
 
 STABLE_DASHBOARDS = {"kvobs-tiers", "kvobs-host-pool", "kvobs-fleet"}
@@ -104,7 +104,9 @@ def test_every_panel_has_a_unit_and_a_description(board: dict[str, Any]) -> None
 
 def test_variables_filter_every_query(board: dict[str, Any]) -> None:
     names = [v["name"] for v in board["templating"]["list"]]
-    assert names == ["datasource", *(name for name, _l, _h in FILTERS)]
+    repeated = sorted({p["repeat"] for p in data_panels(board) if p.get("repeat")})
+    assert names == ["datasource", *(name for name, _l, _h in FILTERS), *repeated]
+    assert set(repeated) <= {name for name, _l, _h, _m in REPEATS}
     for variable in board["templating"]["list"]:
         assert variable.get("description"), variable["name"]
     for title, expr in queries(board):
