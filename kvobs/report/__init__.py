@@ -7,7 +7,8 @@ the panel and the query, and no file is written.
 
 The dashboard is the JSON kvobs ships as package data (:mod:`.boards`), not rebuilt with
 grafanalib; drawing needs matplotlib (``pip install 'kvobs[report]'``), loaded only
-when a picture is drawn, so :mod:`.palette` and :mod:`.units` import without it.
+when a picture is drawn. Colours and unit labels come from :mod:`kvobs.palette` and
+:mod:`kvobs.units`, which ``kvobs top`` and the dashboard sources share.
 
 Example:
     >>> from kvobs.report import build_report, ReportError

@@ -39,7 +39,7 @@ from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator
 from kvobs.palette import NEUTRAL, OTHERS, tier_color
 from kvobs.report.fetch import PanelData, repeated
 from kvobs.report.prometheus_api import Series
-from kvobs.report.units import BINARY_UNITS, binary_ticks, describe, format_value
+from kvobs.units import BINARY_UNITS, binary_ticks, describe, format_value
 
 _COLUMNS = 2
 #: PNG text chunk listing the panel titles drawn, in order (one plot each).

@@ -29,8 +29,8 @@ from rich.table import Table
 from rich.text import Text
 
 from kvobs.palette import NEUTRAL, OUTCOMES, direction_color, tier_color
-from kvobs.report.units import format_value
 from kvobs.top.model import EndpointView, TierView, TransferView
+from kvobs.units import format_value
 
 #: Inner width (columns inside the panel border) from which the tables are drawn.
 WIDE = 88

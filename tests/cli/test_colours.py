@@ -56,6 +56,16 @@ def test_the_palette_is_one_module_that_report_and_top_share():
     assert kvobs.top.render.tier_color is kvobs.palette.tier_color
 
 
+def test_top_and_the_dashboards_import_no_report():
+    import subprocess
+    import sys
+
+    code = ("import sys, kvobs.top.render, kvobs.dashboards.panels; "
+            "print(sorted(m for m in sys.modules if m.startswith(('kvobs.report', 'matplotlib'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("stem", sorted(BOARDS))
 def test_dashboard_overrides_are_exactly_the_palette(stem):
     for p in data_panels(BOARDS[stem]):

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from kvobs.report.fetch import legend
-from kvobs.report.units import binary_ticks, format_value
+from kvobs.units import binary_ticks, format_value
 
 
 @pytest.mark.parametrize(

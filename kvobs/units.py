@@ -1,4 +1,7 @@
-"""Grafana unit ids as human-readable tick labels, for the matplotlib report.
+"""Grafana unit ids as human-readable labels, for ``kvobs report`` and ``kvobs top``.
+
+Bytes are IEC (``GiB``, as Grafana's ``bytes`` unit; byte axes tick at binary steps),
+byte rates SI (``GB/s``, as Grafana's ``Bps``). Only the standard library.
 
 Example:
     >>> format_value(3 * 1024**3, "bytes"), format_value(2.5e9, "Bps"), format_value(0.0042, "s")
