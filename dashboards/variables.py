@@ -83,40 +83,12 @@ def templates(repeats: Collection[str] = ()) -> list[Template]:
     for position, (name, label, _help) in enumerate(FILTERS):
         outer = [f'{n}=~"${n}"' for n, _l, _h in FILTERS[:position]]
         series = _PRESENCE_METRIC + ("{" + ", ".join(outer) + "}" if outer else "")
-        result.append(
-            Template(
-                name=name,
-                label=label,
-                type="query",
-                dataSource="${" + DATASOURCE + "}",
-                query=f"label_values({series}, {name})",
-                includeAll=True,
-                multi=True,
-                allValue=ALL,
-                default="$__all",
-                refresh=2,
-                sort=1,
-            )
-        )
+        result.append(_label_values(name, label, f"label_values({series}, {name})"))
     scope = "{" + selector() + "}"
     for name, label, _help, metric in REPEATS:
         if name not in repeats:
             continue
-        result.append(
-            Template(
-                name=name,
-                label=label,
-                type="query",
-                dataSource="${" + DATASOURCE + "}",
-                query=f"label_values({metric}{scope}, {name})",
-                includeAll=True,
-                multi=True,
-                allValue=ALL,
-                default="$__all",
-                refresh=2,
-                sort=1,
-            )
-        )
+        result.append(_label_values(name, label, f"label_values({metric}{scope}, {name})"))
     return result
 
 
@@ -126,3 +98,22 @@ def descriptions() -> dict[str, str]:
         name: help_ for name, _label, help_, _metric in REPEATS} | {
         DATASOURCE: "Prometheus data source that scrapes the kvobs exporters."
     }
+
+
+def _label_values(name: str, label: str, query: str) -> Template:
+    """A multi-select variable over ``query``'s label values, "All" by default."""
+    from grafanalib.core import Template
+
+    return Template(
+        name=name,
+        label=label,
+        type="query",
+        dataSource="${" + DATASOURCE + "}",
+        query=query,
+        includeAll=True,
+        multi=True,
+        allValue=ALL,
+        default="$__all",
+        refresh=2,
+        sort=1,
+    )
