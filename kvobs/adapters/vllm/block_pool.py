@@ -67,27 +67,37 @@ class BlockPoolInstrumentation(Instrumentation):
         with self._settle_lock:  # two sinks collecting at once must not both add
             return self._settle()
 
+    def _tallies(self) -> tuple[int, ...]:
+        """The engine-side tallies the derivation uses, read together. ``reset_pending``
+        is read before ``hashes_dropped`` (a reset adds to the second, then clears the
+        first), so a reading inside a reset is low, never high."""
+        tier = self.tier
+        evictions = tier.evictions
+        pending = self.reset_pending
+        return (tier.allocations, tier.reuses, self.hashes_gained, pending,
+                self.hashes_dropped, evictions["explicit"], evictions["reset"],
+                self.target.free_block_queue.num_free_blocks)
+
     def _settle(self) -> tuple[int, int]:
         pool, tier = self.target, self.tier
-        queue = pool.free_block_queue
         for _ in range(3):
-            before = (tier.allocations, tier.reuses, self.hashes_gained, self.hashes_dropped,
-                      queue.num_free_blocks)
+            tallies = self._tallies()
             hashed, in_use, cached = walk(pool.blocks)
-            if before == (tier.allocations, tier.reuses, self.hashes_gained,
-                          self.hashes_dropped, queue.num_free_blocks):
+            if tallies == self._tallies():
                 break
+        # Everything below uses the tallies read with the walk, never a fresh read: the
+        # engine may move between the walk and here, and a newer tally against the older
+        # walk would read high (an allocation counted, its block not yet in use).
+        allocations, reuses, gained, pending, dropped, explicit, reset, _free = tallies
         if pool.null_block.ref_cnt:  # vLLM does not maintain it; never count it in use
             in_use -= 1
-        capacity = self.hashes_gained - hashed - self.hashes_dropped - self.reset_pending
+        capacity = gained - hashed - dropped - pending
         if capacity > tier.evictions_capacity:
             tier.evict(capacity - tier.evictions_capacity, "capacity")
-        evictions = tier.evictions
-        to_cache = (cached + tier.reuses + tier.evictions_capacity + evictions["explicit"]
-                    + evictions["reset"])
+        to_cache = cached + reuses + tier.evictions_capacity + explicit + reset
         if to_cache > tier.frees_to_cache:
             tier.free(to_cache - tier.frees_to_cache, cached=True)
-        to_free = tier.allocations + tier.reuses - in_use - tier.frees_to_cache
+        to_free = allocations + reuses - in_use - tier.frees_to_cache
         if to_free > tier.frees_to_free:
             tier.free(to_free - tier.frees_to_free, cached=False)
         return in_use, cached
