@@ -241,3 +241,40 @@ def test_snapshots_taken_while_the_engine_runs_never_go_backwards():
     for earlier, later in itertools.pairwise(seen):
         assert all(b >= a for a, b in zip(earlier, later, strict=True)), (earlier, later)
     assert_matches_engine(rec, manager.block_pool)
+
+
+def test_a_scrape_interrupted_between_its_walk_and_its_sums_reads_nothing_high():
+    """The engine moves after a scrape walked the pool but before it derived the frees
+    (a thread switch there): the derivation must use the tallies read with the walk,
+    or the new allocation counts against the old walk as a free that never happened."""
+    manager = kv_cache_manager(40)
+    rec = Recorder()
+    instrument_kv_cache_manager(manager, rec)
+    pool = manager.block_pool
+    admit(manager, request(list(range(64))))
+    real_null = pool.null_block
+
+    class EngineMovesAfterTheWalk:
+        """The pool's null block, whose ``ref_cnt`` (read right after the walk) lets the
+        engine admit one more request first, once."""
+
+        fired = False
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real_null, name)
+
+        @property
+        def ref_cnt(self) -> int:
+            if not self.fired:
+                self.fired = True
+                admit(manager, request(list(range(1000, 1064))))
+            return int(real_null.ref_cnt)
+
+    interrupted = EngineMovesAfterTheWalk()
+    pool.null_block = interrupted
+    try:
+        rec.snapshot()
+    finally:
+        pool.null_block = real_null
+    assert interrupted.fired
+    assert_matches_engine(rec, pool)
