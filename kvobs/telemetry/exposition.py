@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from kvobs import __version__
 from kvobs.catalog import METRICS, MetricSpec
 from kvobs.recorder import Recorder
-from kvobs.telemetry.series import Series, SeriesSource, snapshot_series
+from kvobs.telemetry.series import SeriesSource, recorder_series
 
 
 class SnapshotCollector(Collector):
@@ -63,7 +63,7 @@ class SnapshotCollector(Collector):
     def _families(self) -> list[Metric]:
         rec, common = self._recorder, self._common
         histograms = rec.histograms.collect()
-        series = self._series()
+        series = recorder_series(rec, self._sources)
         info = Metric("target", "kvobs's version and the labels of this process.", "info")
         info.add_sample("target_info", {"service_name": "kvobs",
                                         "service_version": __version__, **common}, 1)
@@ -86,18 +86,6 @@ class SnapshotCollector(Collector):
             if family.samples:
                 families.append(family)
         return families
-
-    def _series(self) -> Series:
-        series = snapshot_series(self._recorder.snapshot())
-        for source in self._sources:
-            try:
-                extra = source()
-            except Exception as exc:
-                self._recorder.error("telemetry.source", exc)
-                continue
-            for name, values in extra.items():
-                series.setdefault(name, []).extend(values)
-        return series
 
 
 def _family(spec: MetricSpec) -> Metric:

@@ -36,7 +36,7 @@ from kvobs import __version__
 from kvobs.catalog import METRICS, MetricSpec, by_name
 from kvobs.recorder import Recorder
 from kvobs.samples import BUCKETS as _BUCKETS
-from kvobs.telemetry.series import Series, SeriesSource, snapshot_series
+from kvobs.telemetry.series import Series, SeriesSource, recorder_series
 
 
 class OtelBridge:
@@ -107,14 +107,7 @@ class OtelBridge:
     def _refresh(self) -> None:
         self._series = {}
         self._recorder.histograms.collect()  # hands new samples to _record_samples
-        series = snapshot_series(self._recorder.snapshot())
-        for source in self._sources:
-            try:
-                for name, values in source().items():
-                    series.setdefault(name, []).extend(values)
-            except Exception as exc:
-                self._recorder.error("telemetry.source", exc)
-        self._series = series
+        self._series = recorder_series(self._recorder, self._sources)
 
     def _record_samples(self, metric: str, labels: dict[str, str],
                         samples: Sequence[float]) -> None:

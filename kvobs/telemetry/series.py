@@ -16,10 +16,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from kvobs.catalog import RESIDENT_STATES
 from kvobs.snapshot import RecorderSnapshot
+
+if TYPE_CHECKING:
+    from kvobs.recorder import Recorder
 
 Labels = dict[str, str]
 Series = dict[str, list[tuple[Labels, float]]]
@@ -91,4 +95,19 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
     for component, count in snap.errors.items():
         add("kvobs_instrumentation_errors_total", {"component": component}, count)
     add("kvobs_telemetry_dropped_samples_total", {}, snap.dropped_samples)
+    return series
+
+
+def recorder_series(recorder: Recorder, sources: Sequence[SeriesSource] = ()) -> Series:
+    """:func:`snapshot_series` of one snapshot of ``recorder``, plus what ``sources`` add;
+    a source that raises is counted (``telemetry.source``) and left out."""
+    series = snapshot_series(recorder.snapshot())
+    for source in sources:
+        try:
+            extra = {name: list(values) for name, values in source().items()}
+        except Exception as exc:
+            recorder.error("telemetry.source", exc)
+            continue
+        for name, values in extra.items():
+            series.setdefault(name, []).extend(values)
     return series
