@@ -255,6 +255,12 @@ def refuse_backup(rec: Recorder, refused: set[int], pages: list[int], src: str,
         rec.link(src, dst).drop(len(new))
 
 
+def _host_pool(inst: TreeInstrumentation) -> Any:
+    """The host pool instrumentation of the tree's HiCache controller (None: none)."""
+    controller = getattr(getattr(inst.target, "cache_controller", None), MARKER, None)
+    return getattr(controller, "host", None)
+
+
 def _backed_up(inst: TreeInstrumentation, state: None, result: Any, node_id: Any,
                device_value: Any, *args: Any, **kwargs: Any) -> None:
     gpu = inst.gpu
@@ -263,15 +269,13 @@ def _backed_up(inst: TreeInstrumentation, state: None, result: Any, node_id: Any
     if result is not None:
         gpu.refused.difference_update(pages)
         return
-    host = getattr(getattr(getattr(inst.target, "cache_controller", None), MARKER, None),
-                   "host", None)
+    host = _host_pool(inst)
     refuse_backup(inst.rec, gpu.refused, pages, gpu.tier.name,
                   host.tier.name if host is not None else HOST)
 
 
 def _host_evicting(inst: TreeInstrumentation, *args: Any, **kwargs: Any) -> Any:
-    host = getattr(getattr(getattr(inst.target, "cache_controller", None), MARKER, None),
-                   "host", None)
+    host = _host_pool(inst)
     if host is not None:
         host.evicting += 1
     return host
