@@ -50,3 +50,17 @@ def counter_add(event: str, path: str, line: str, value: str) -> list[Mutant]:
     """Doubled / dropped mutants of the plain counter update ``line`` (``x += value``)."""
     return [Mutant(f"{event}:doubled", path, line, line.replace(f"+= {value}", f"+= 2 * {value}")),
             Mutant(f"{event}:dropped", path, line, line.replace(f"+= {value}", f"+= 0 * {value}"))]
+
+
+def transfer(event: str, path: str, call: str, blocks: str, nbytes: str,
+             indent: str = "        ") -> list[Mutant]:
+    """A transfer call's blocks doubled / dropped, its bytes doubled / dropped and the
+    operation counted twice (a second, empty transfer after it). ``call`` is
+    ``link.transfer(blocks, nbytes...)``, standing alone on a line at ``indent``."""
+    empty = call.replace(f"({blocks}, {nbytes}", "(0, 0", 1)
+    return [*recorder_call(f"{event}.blocks", path, call, blocks),
+            Mutant(f"{event}.bytes:doubled", path, call,
+                   call.replace(f", {nbytes}", f", 2 * {nbytes}", 1)),
+            Mutant(f"{event}.bytes:dropped", path, call, call.replace(f", {nbytes}", ", 0", 1)),
+            Mutant(f"{event}.operations:doubled", path, f"{indent}{call}\n",
+                   f"{indent}{call}\n{indent}{empty}\n")]

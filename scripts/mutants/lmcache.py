@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call
+from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call, transfer
 
 ADAPTER = "kvobs/adapters/lmcache"
 SUITES = ((".venv-lmcache/bin/python", "tests/engines/lmcache056"),)
@@ -40,26 +40,8 @@ def mutants() -> list[Mutant]:
         *keyword("lookup.disk_hit", engine, lookup, "disk_hit", "hit - host"),
         *lookup_count(engine, lookup),
         # transfers (the GPU connector's copies) and LMCache's timings of them
-        *recorder_call("offload.blocks", engine, "inst.offload.transfer(chunks, nbytes)",
-                       "chunks"),
-        Mutant("offload.bytes:doubled", engine, "inst.offload.transfer(chunks, nbytes)",
-               "inst.offload.transfer(chunks, 2 * nbytes)"),
-        Mutant("offload.bytes:dropped", engine, "inst.offload.transfer(chunks, nbytes)",
-               "inst.offload.transfer(chunks, 0)"),
-        Mutant("offload.operations:doubled", engine,
-               "        inst.offload.transfer(chunks, nbytes)\n",
-               "        inst.offload.transfer(chunks, nbytes)\n"
-               "        inst.offload.transfer(0, 0)\n"),
-        *recorder_call("onload.blocks", engine, "inst.onload.transfer(chunks, nbytes)",
-                       "chunks"),
-        Mutant("onload.bytes:doubled", engine, "inst.onload.transfer(chunks, nbytes)",
-               "inst.onload.transfer(chunks, 2 * nbytes)"),
-        Mutant("onload.bytes:dropped", engine, "inst.onload.transfer(chunks, nbytes)",
-               "inst.onload.transfer(chunks, 0)"),
-        Mutant("onload.operations:doubled", engine,
-               "        inst.onload.transfer(chunks, nbytes)\n",
-               "        inst.onload.transfer(chunks, nbytes)\n"
-               "        inst.onload.transfer(0, 0)\n"),
+        *transfer("offload", engine, "inst.offload.transfer(chunks, nbytes)", "chunks", "nbytes"),
+        *transfer("onload", engine, "inst.onload.transfer(chunks, nbytes)", "chunks", "nbytes"),
         *recorder_call("offload.seconds", engine, "inst.offload.timed(seconds)", "seconds"),
         *recorder_call("onload.seconds", engine, "inst.onload.timed(seconds)", "seconds"),
     ]

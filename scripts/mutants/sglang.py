@@ -6,7 +6,7 @@ Judged by the SGLang 0.5.23 suite (its scheduler loop on ``UnifiedRadixCache`` +
 
 from __future__ import annotations
 
-from mutants.common import Mutant, keyword, recorder_call
+from mutants.common import Mutant, keyword, recorder_call, transfer
 
 ADAPTERS = "kvobs/adapters/sglang"
 SUITES = ((".venv-sglang/bin/python", "tests/engines/sglang0523"),)
@@ -22,7 +22,6 @@ def mutants() -> list[Mutant]:
     gpu, host = f"{ADAPTERS}/gpu.py", f"{ADAPTERS}/host.py"
     lookup = "inst.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=min(promised, loaded))"
     timed = "link.timed(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)"
-    transfer = "            link.transfer(tokens // host.page, nbytes)\n"
     return [
         # the GPU tier: allocator and radix cache
         *recorder_call("gpu.allocate", gpu, "self.tier.allocate(taken)", "taken"),
@@ -59,11 +58,6 @@ def mutants() -> list[Mutant]:
                        "host.tier.reuse(pages, keys=host.pages(host_indices))", "pages"),
         *recorder_call("host.free(load)", host, "host.tier.free(pages, cached=True)", "pages"),
         # transfers: one per queued copy (HiCacheAck)
-        *recorder_call("transfer.blocks", host, transfer, "tokens // host.page"),
-        Mutant("transfer.bytes:doubled", host, transfer,
-               transfer.replace(", nbytes)", ", 2 * nbytes)")),
-        Mutant("transfer.bytes:dropped", host, transfer,
-               transfer.replace(", nbytes)", ", 0 * nbytes)")),
-        Mutant("transfer.operations:doubled", host, transfer,
-               transfer + "            link.transfer(0, 0)\n"),
+        *transfer("transfer", host, "link.transfer(tokens // host.page, nbytes)",
+                  "tokens // host.page", "nbytes", indent="            "),
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call
+from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call, transfer
 
 ADAPTERS = "kvobs/adapters/vllm"
 #: (interpreter, suite) pairs the mutants are judged by: the real engine first (a
@@ -64,15 +64,7 @@ def mutants() -> list[Mutant]:
         *recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
                        "cached"),
         # transfers counted in the scheduler (OffloadingConnectorScheduler)
-        *recorder_call("transfer.blocks", connector, "link.transfer(chunks, share, None)",
-                       "chunks"),
-        Mutant("transfer.bytes:doubled", connector, "link.transfer(chunks, share, None)",
-               "link.transfer(chunks, 2 * share, None)"),
-        Mutant("transfer.bytes:dropped", connector, "link.transfer(chunks, share, None)",
-               "link.transfer(chunks, 0, None)"),
-        Mutant("transfer.operations:doubled", connector,
-               "        link.transfer(chunks, share, None)\n",
-               "        link.transfer(chunks, share, None)\n        link.transfer(0, 0, None)\n"),
+        *transfer("transfer", connector, "link.transfer(chunks, share, None)", "chunks", "share"),
         *recorder_call("transfer.seconds(store)", connector,
                        "inst.offload.add_seconds(store_s)", "store_s"),
         *recorder_call("transfer.seconds(load)", connector,
