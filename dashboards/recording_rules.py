@@ -15,17 +15,29 @@ from typing import Any
 
 #: Labels that identify one engine instance (namespace is absent outside Kubernetes).
 INSTANCE = "namespace, job, instance, engine, model"
+#: One process of an engine: its instance, and its tensor-parallel rank where it has one
+#: (SGLang and LMCache run a process per rank, each counting the batch's tokens).
+PROCESS = f"{INSTANCE}, tp_rank"
 
 _ONLOAD = 'src_tier="host", dst_tier="gpu"'
 
 
 def host_pool_net_benefit(by: str, window: str) -> str:
     """Prefill seconds per second the host pool's hits save, minus the onload seconds
-    they cost; only where the prefill cost is known (``source!="none"``)."""
+    they cost, per process (``by``: labels every real scrape has, so a saving and its
+    onloads, counted in the same process, always join).
+
+    No sample where either side is unknown, never a guess: the prefill cost is unknown
+    (``source="none"``), the onload series is absent, or blocks were onloaded in the
+    window without any onload seconds (an engine that does not time its copies, e.g.
+    SGLang without CUDA timing events). A window without onloads costs 0 s.
+    """
     saved = f'sum by ({by}) (rate(kvobs_prefill_saved_seconds_total{{tier="host"}}[{window}]))'
-    onload = f"sum by ({by}) (rate(kvobs_transfer_seconds_total{{{_ONLOAD}}}[{window}]))"
+    seconds = f"sum by ({by}) (rate(kvobs_transfer_seconds_total{{{_ONLOAD}}}[{window}]))"
+    blocks = f"sum by ({by}) (rate(kvobs_transfer_blocks_total{{{_ONLOAD}}}[{window}]))"
+    onload = f"(({seconds}) > 0\n   or ({seconds}) and on ({by}) (({blocks}) == 0))"
     known = f'max by ({by}) (kvobs_prefill_cost_info{{source!="none"}})'
-    return f"({saved} - ({onload} or {saved} * 0))\nand on ({by}) ({known} > 0)"
+    return f"({saved}\n - on ({by}) {onload})\nand on ({by}) ({known} > 0)"
 
 
 def reuse_hit_ratio(by: str, window: str) -> str:
@@ -81,7 +93,7 @@ def instance_rules() -> list[dict[str, Any]]:
               f"/ (sum by ({INSTANCE}, tier) (kvobs_tier_capacity_blocks) > 0)"),
         # Seconds of prefill saved per second by host hits, minus their onload seconds.
         _rule("instance:kvobs_host_pool_net_benefit_seconds:rate5m",
-              host_pool_net_benefit(INSTANCE, "5m")),
+              host_pool_net_benefit(PROCESS, "5m")),
         # What-if: the hit ratio an LRU cache of `le` blocks would get.
         _rule("instance:kvobs_reuse_hit_ratio:rate1h", reuse_hit_ratio(INSTANCE, "1h")),
     ]
@@ -102,8 +114,10 @@ def fleet_rules() -> list[dict[str, Any]]:
               "sum by (model, tier) (kvobs_tier_capacity_bytes)"),
         _rule("model:kvobs_tier_resident_bytes:sum",
               "sum by (model, tier, state) (kvobs_tier_resident_bytes)"),
+        # An engine's tokens once: its only process, or its tensor-parallel rank 0.
         _rule("model:kvobs_host_pool_net_benefit_seconds:rate5m",
-              "sum by (model) (instance:kvobs_host_pool_net_benefit_seconds:rate5m)"),
+              "sum by (model) (instance:kvobs_host_pool_net_benefit_seconds:rate5m"
+              '{tp_rank=~"|0"})'),
         _rule("model:kvobs_reuse_hit_ratio:rate1h", reuse_hit_ratio("model", "1h")),
     ]
 

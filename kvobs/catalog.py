@@ -194,8 +194,10 @@ METRICS: tuple[MetricSpec, ...] = (
         "kvobs_transfer_seconds_total",
         "s",
         _LINK,
-        "Device seconds spent moving blocks between tiers (vLLM: summed over its "
-        "tensor-parallel workers, as vLLM reports them).",
+        "Seconds transfers between tiers took, each transfer counted once, timed on the "
+        "device where there is one. A transfer split into shards across tensor-parallel "
+        "workers counts the mean of its shards' times (vLLM: its reported time over its "
+        "workers).",
     ),
     _c(
         "kvobs_thrash_onloads_total",

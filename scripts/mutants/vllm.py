@@ -66,9 +66,12 @@ def mutants() -> list[Mutant]:
         # transfers counted in the scheduler (OffloadingConnectorScheduler)
         *transfer("transfer", connector, "link.transfer(chunks, share, None)", "chunks", "share"),
         *recorder_call("transfer.seconds(store)", connector,
-                       "inst.offload.add_seconds(store_s)", "store_s"),
+                       "inst.offload.add_seconds(store_s / inst.workers)", "store_s"),
         *recorder_call("transfer.seconds(load)", connector,
-                       "inst.onload.add_seconds(load_s)", "load_s"),
+                       "inst.onload.add_seconds(load_s / inst.workers)", "load_s"),
+        Mutant("transfer.seconds(load, summed over workers)", connector,
+               "inst.onload.add_seconds(load_s / inst.workers)",
+               "inst.onload.add_seconds(load_s)"),
         # transfer durations from the worker (OffloadingWorker)
         *recorder_call("transfer.duration(same process)", worker, "link.sample(seconds)",
                        "seconds"),

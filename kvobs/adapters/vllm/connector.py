@@ -19,11 +19,17 @@ the lookup adapter (:class:`~kvobs.adapters.vllm.lookups.ExternalHits`).
 Bytes are exactly vLLM's ``OffloadingConnectorStats`` ``store_bytes`` / ``load_bytes``:
 a step's reported bytes go to the jobs completing in it (split by chunks, the remainder
 to the last job); bytes reported in a step where no job of that direction completes
-(a TP worker reporting before the others) wait for the next completion. Seconds are
-vLLM's ``store_time`` / ``load_time`` as reported (summed across TP workers, what
-``vllm:kv_offload_*_time`` counts), added to the link's seconds in whichever process the
-workers run; no duration sample is taken here: the per-transfer device durations come
-from the worker (:mod:`kvobs.adapters.vllm.transfers`, which then only samples them).
+(a TP worker reporting before the others) wait for the next completion.
+
+Seconds count each transfer once. Every worker (``config.num_workers``: the tensor- and
+pipeline-parallel world) moves its shard of a job and times it on its own copy stream;
+vLLM's ``store_time`` / ``load_time`` (what ``vllm:kv_offload_*_time`` counts) add the
+shards up. The shards move at the same time, on their own devices and links, so a
+transfer's time is the mean of its shards' times: vLLM's figure over the number of
+workers (for equal shards, as tensor parallelism makes them, also the slowest shard's).
+This is the onload cost the net benefit subtracts, in the scheduler's process whatever
+process the workers run in; no duration sample is taken here: the per-shard device
+durations come from the workers (:mod:`kvobs.adapters.vllm.transfers`).
 
 Example:
     >>> side = scheduler.connector.connector_scheduler                 # doctest: +SKIP
@@ -64,6 +70,9 @@ class ConnectorInstrumentation(Instrumentation):
         self.carried_store_bytes = 0
         self.carried_load_bytes = 0
         self.external: ExternalHits | None = None
+        #: workers that each time a shard of every job (vLLM's ``config.num_workers``)
+        self.workers = max(int(getattr(getattr(side, "config", None), "num_workers", 1)
+                               or 1), 1)
 
 
 _NOTHING: Report = ([], 0, 0, 0.0, 0.0)
@@ -101,9 +110,9 @@ def _landed(inst: ConnectorInstrumentation, state: Report, result: None,
             connector_output: Any) -> None:
     done, store_bytes, load_bytes, store_s, load_s = state
     if store_s:
-        inst.offload.add_seconds(store_s)
+        inst.offload.add_seconds(store_s / inst.workers)
     if load_s:
-        inst.onload.add_seconds(load_s)
+        inst.onload.add_seconds(load_s / inst.workers)
     if not done and not store_bytes and not load_bytes:
         return
     inst.carried_store_bytes += store_bytes

@@ -84,10 +84,12 @@ def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineD
     assert host.stores == offload.blocks
     assert offload.bytes == driver.vllm_store_bytes == driver.reported_store_bytes
     assert onload.bytes == driver.vllm_load_bytes == driver.reported_load_bytes
-    assert onload.blocks * CHUNK_BYTES == onload.bytes
-    # seconds are vLLM's reported transfer times (its kv_offload_*_time counters)
-    assert offload.seconds == pytest.approx(driver.vllm_store_time, rel=1e-9)
-    assert onload.seconds == pytest.approx(driver.vllm_load_time, rel=1e-9)
+    if driver.workers == 1:  # the test model's chunk size (vLLM's bytes are checked above)
+        assert onload.blocks * CHUNK_BYTES == onload.bytes
+    # seconds: each transfer once, the mean of its TP shards' times: vLLM's reported
+    # times (its kv_offload_*_time counters add the shards up) over the workers
+    assert offload.seconds == pytest.approx(driver.vllm_store_time / driver.workers, rel=1e-9)
+    assert onload.seconds == pytest.approx(driver.vllm_load_time / driver.workers, rel=1e-9)
     assert snap.errors == {}
 
 
@@ -185,9 +187,10 @@ def test_tp_workers_reporting_in_different_steps(tmp_path: Path) -> None:
                           transfer_delay=1, workers=2, worker_lag=2)
     rec, inst, kit = instrumented(driver)
 
-    conversations(driver, kit.check, chats=4, turns=3, seed=3)
+    conversations(driver, kit.check, seed=3)
 
-    assert_equals_vllm(rec, inst, driver)
+    assert_equals_vllm(rec, inst, driver)  # onload seconds: vLLM's over the 2 workers
+    assert rec.snapshot().link("host", "gpu").seconds > 0
     completed_stores = sum(len(step.store_jobs) for step in driver.history)
     assert rec.snapshot().link("gpu", "host").operations == completed_stores > 0
 
