@@ -24,12 +24,15 @@ REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = Path(os.environ.get("KVOBS_CHART_DIR", REPO / "helm" / "kvobs"))
 VALUES_DIR = Path(__file__).resolve().parent / "values"
 EXAMPLE_VALUES = CHART_DIR / "examples" / "vllm-values.yaml"
+MULTIPROCESS_VALUES = CHART_DIR / "examples" / "vllm-multiprocess-values.yaml"
 MONITORING_API = "monitoring.coreos.com/v1"
 Manifest = dict[str, Any]
 
 # Values files every render-level test runs through: the defaults, each scenario under
-# values/, and the vLLM example users copy.
-SCENARIOS: list[Path | None] = [None, *sorted(VALUES_DIR.glob("*.yaml")), EXAMPLE_VALUES]
+# values/, and the vLLM examples users copy.
+SCENARIOS: list[Path | None] = [
+    None, *sorted(VALUES_DIR.glob("*.yaml")), EXAMPLE_VALUES, MULTIPROCESS_VALUES,
+]
 
 
 def scenario_id(path: Path | None) -> str:

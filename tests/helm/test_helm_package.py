@@ -22,6 +22,8 @@ def test_package_carries_files_schema_and_example(
         "kvobs/values.schema.json",
         "kvobs/templates/NOTES.txt",
         "kvobs/examples/vllm-values.yaml",
+        "kvobs/examples/vllm-multiprocess-values.yaml",
+        "kvobs/examples/vllm.Dockerfile",
         *(f"kvobs/files/{kind}/{p.name}" for kind, ps in generated_files.items() for p in ps),
     }
     assert expected <= names, sorted(expected - names)
