@@ -1,8 +1,18 @@
 """Capacity of each KV cache tier, and what that capacity means for requests.
 
-The GPU tier bounds how many requests can *run* at once; the host (and disk) tier bounds
-how much reusable context can be *kept*. The two are never added into one concurrency
-figure: a request cannot run from host memory, its KV must be onloaded first.
+A tier plays one of two roles (:data:`kvobs.tiers.ROLES`):
+
+* ``primary``: every running request needs blocks there, so the tier bounds how many
+  requests can run at once. The GPU tier always is; so is vLLM HiSparse's host pool,
+  the primary store of the sparse-MLA KV (a page cannot be computed without a host
+  block, so a full host pool makes new requests wait).
+* ``cache``: the tier keeps reusable copies (prefixes onloaded to the GPU before use):
+  the offloading connector's CPU cache, SGLang HiCache, LMCache, disk tiers. It bounds
+  how much context can be *kept*, never how many requests run.
+
+Tiers are never added into one figure: the maximum concurrency is the smallest of the
+primary tiers' limits, and the plan names the tier that bounds it (as vLLM's "GPU + host
+KV cache size" line takes the smaller of its two pools' limits).
 
 Example:
     >>> from kvobs.presets import preset_layout
@@ -11,8 +21,8 @@ Example:
     ...                                request_tokens=32768)
     >>> plan.tier("gpu").tokens, round(plan.max_concurrency, 2)
     (131072, 4.0)
-    >>> round(plan.requests_held("host"), 1)
-    16.0
+    >>> round(plan.requests_held("host"), 1), plan.bounded_by
+    (16.0, 'gpu')
 """
 
 from __future__ import annotations
@@ -23,28 +33,42 @@ from typing import Any
 
 from kvobs.errors import ConfigError
 from kvobs.layout import KVLayout
-from kvobs.tiers import GPU, tier_order, validate_tier_name
+from kvobs.tiers import CACHE, GPU, PRIMARY, ROLES, default_role, tier_order, validate_tier_name
 
 GIB = 2**30
 
 
 @dataclass(frozen=True)
 class TierCapacity:
-    """Size of one tier in blocks, with the block's token count and byte size."""
+    """Size of one tier in blocks, with the block's token count and byte size.
+
+    ``role``: ``primary`` or ``cache`` (see :data:`kvobs.tiers.ROLES`; empty: the tier's
+    :func:`~kvobs.tiers.default_role`).
+    ``request_blocks``: blocks one request of the plan's length needs in a primary tier,
+    where the engine says (vLLM sums them over its KV cache groups); 0: its tokens /
+    ``block_tokens``.
+    """
 
     tier: str
     blocks: int
     block_tokens: int
     block_bytes: int
+    role: str = ""
+    request_blocks: int = 0
 
     def __post_init__(self) -> None:
         validate_tier_name(self.tier)
-        for field in ("blocks", "block_tokens", "block_bytes"):
+        for field in ("blocks", "block_tokens", "block_bytes", "request_blocks"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(
                     f"{self.tier} tier: {field} must be a non-negative integer, got {value!r}"
                 )
+        if not self.role:
+            object.__setattr__(self, "role", default_role(self.tier))
+        elif self.role not in ROLES:
+            raise ConfigError(f"{self.tier} tier: role must be one of {', '.join(ROLES)}, "
+                              f"got {self.role!r}")
 
     @property
     def tokens(self) -> int:
@@ -112,7 +136,8 @@ class CapacityPlan:
             >>> plan.max_concurrency, plan.requests_held("host")
             (2.0, 4.0)
         """
-        tiers = tuple(TierCapacity(t.name, t.capacity_blocks, t.block_tokens, t.block_bytes)
+        tiers = tuple(TierCapacity(t.name, t.capacity_blocks, t.block_tokens, t.block_bytes,
+                                   t.role, t.request_blocks)
                       for t in (rec.tier(name) for name in rec.tier_names))
         return cls(rec.model, tiers, request_tokens, bytes_per_token)
 
@@ -139,11 +164,30 @@ class CapacityPlan:
             f"tier {name!r} is not in this plan (tiers: {[t.tier for t in self.tiers]})"
         )
 
+    def concurrency(self, name: str) -> float:
+        """Requests of ``request_tokens`` whose KV tier ``name`` can hold at once."""
+        tier = self.tier(name)
+        if tier.request_blocks:
+            return tier.blocks / tier.request_blocks
+        return tier.tokens / self.request_tokens
+
+    @property
+    def primary_tiers(self) -> tuple[TierCapacity, ...]:
+        """The tiers every running request needs blocks in."""
+        return tuple(t for t in self.tiers if t.role == PRIMARY)
+
+    @property
+    def bounded_by(self) -> str | None:
+        """The primary tier with the smallest concurrency limit (None without one)."""
+        primary = self.primary_tiers
+        return min(primary, key=lambda t: self.concurrency(t.tier)).tier if primary else None
+
     @property
     def max_concurrency(self) -> float:
-        """Requests of ``request_tokens`` that fit in the GPU tier at once (0 without one)."""
-        names = [t.tier for t in self.tiers]
-        return self.tier(GPU).tokens / self.request_tokens if GPU in names else 0.0
+        """Requests of ``request_tokens`` that can run at once: the smallest limit of the
+        primary tiers (0 without one)."""
+        bound = self.bounded_by
+        return self.concurrency(bound) if bound else 0.0
 
     def requests_held(self, name: str) -> float:
         """How many ``request_tokens``-long prefixes tier ``name`` can keep for reuse."""
@@ -156,8 +200,10 @@ class CapacityPlan:
             "bytes_per_token": self.bytes_per_token or None,
             "request_tokens": self.request_tokens,
             "max_concurrency": round(self.max_concurrency, 2),
+            "bounded_by": self.bounded_by,
             "tiers": {  # bytes None: the engine did not say (never a made-up 0)
                 t.tier: {
+                    "role": t.role,
                     "blocks": t.blocks,
                     "block_tokens": t.block_tokens,
                     "block_bytes": t.block_bytes or None,
@@ -165,6 +211,8 @@ class CapacityPlan:
                     "bytes": t.bytes if t.block_bytes else None,
                     "gib": round(t.bytes / GIB, 2) if t.block_bytes else None,
                     "requests_held": round(self.requests_held(t.tier), 1),
+                    **({"max_concurrency": round(self.concurrency(t.tier), 2)}
+                       if t.role == PRIMARY else {}),
                 }
                 for t in self.tiers
             },
@@ -177,20 +225,37 @@ class CapacityPlan:
             f"{t.bytes / GIB:,.2f} GiB"
             for t in self.tiers
         ]
-        names = [t.tier for t in self.tiers]
-        if GPU in names:
+        if self.bounded_by is not None:
             lines.append(
                 f"Maximum concurrency for {self.request_tokens:,} tokens per request: "
-                f"{self.max_concurrency:.2f}x (bounded by the GPU tier)"
+                f"{self.max_concurrency:.2f}x ({self.bound_phrase()})"
             )
         for t in self.tiers:
-            if t.tier != GPU:
+            if t.role == PRIMARY and t.tier != GPU:
+                lines.append(
+                    f"{t.tier} pool is a primary store: every running request needs blocks "
+                    f"there ({self.concurrency(t.tier):,.2f}x requests of "
+                    f"{self.request_tokens:,} tokens; a full {t.tier} pool makes new "
+                    "requests wait)")
+            elif t.role == CACHE:
                 lines.append(
                     f"{t.tier} pool holds {t.blocks:,} blocks = {t.tokens:,} tokens = prefixes "
                     f"of {self.requests_held(t.tier):,.1f} requests of {self.request_tokens:,} "
                     "tokens (reusable context, onloaded to the GPU before use)"
                 )
         return lines
+
+    def bound_phrase(self) -> str:
+        """Which tier bounds the concurrency, with every primary tier's own limit when
+        there are several: "bounded by the GPU tier" or "bounded by the host tier;
+        gpu 9.31x, host 1.75x"."""
+        bound = self.bounded_by
+        text = f"bounded by the {bound.upper() if bound == GPU else bound} tier"
+        primary = self.primary_tiers
+        if len(primary) > 1:
+            text += "; " + ", ".join(f"{t.tier} {self.concurrency(t.tier):.2f}x"
+                                     for t in primary)
+        return text
 
 
 def _tiers(layout: KVLayout, counts: Iterable[tuple[str, int]]) -> tuple[TierCapacity, ...]:

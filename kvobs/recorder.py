@@ -50,7 +50,7 @@ from kvobs.snapshot import (
     TierSnapshot,
 )
 from kvobs.thrash import ThrashTracker
-from kvobs.tiers import GPU, HOST, tier_order, validate_tier_name
+from kvobs.tiers import GPU, HOST, ROLES, default_role, tier_order, validate_tier_name
 from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from kvobs.trace import TraceWriter
 
@@ -78,8 +78,10 @@ class TierRecorder:
         "frees_to_cache",
         "frees_to_free",
         "name",
+        "request_blocks",
         "residency",
         "reuses",
+        "role",
         "stores",
         "thrash",
     )
@@ -91,6 +93,10 @@ class TierRecorder:
         self.capacity_blocks = capacity_blocks
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
+        #: ``primary`` (running requests need blocks here) or ``cache``; see kvobs.capacity
+        self.role = default_role(name)
+        #: blocks one request needs here, where the engine says (0: by tokens)
+        self.request_blocks = 0
         self.allocations = 0
         self.frees_to_cache = 0
         self.frees_to_free = 0
@@ -360,19 +366,27 @@ class Recorder:
         self.histograms = SampleHistograms(self)
 
     def add_tier(
-        self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int
+        self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int, *,
+        role: str = "", request_blocks: int = 0,
     ) -> TierRecorder:
         """Register a tier (or return the existing one after updating its capacity).
 
         The host tier's keyed events (stores, reuses, evictions) feed the thrash tracker.
+        ``role`` (``primary`` / ``cache``, default by name) and ``request_blocks`` (blocks
+        one request needs in a primary tier, where the engine says) shape the capacity
+        log (see :class:`kvobs.capacity.CapacityPlan`).
         """
         validate_tier_name(name)
         for field, value in (
             ("capacity_blocks", capacity_blocks),
             ("block_tokens", block_tokens),
             ("block_bytes", block_bytes),
+            ("request_blocks", request_blocks),
         ):
             _check_count(field, value, name)
+        if role and role not in ROLES:
+            raise ConfigError(f"tier {name!r}: role must be one of {', '.join(ROLES)}, "
+                              f"got {role!r}")
         with self._setup_lock:
             tier = self._tiers.get(name)
             if tier is None:
@@ -384,6 +398,8 @@ class Recorder:
             else:
                 tier.capacity_blocks = capacity_blocks
                 tier.block_tokens, tier.block_bytes = block_tokens, block_bytes
+            tier.role = role or default_role(name)
+            tier.request_blocks = request_blocks
             return tier
 
     def tier(self, name: str) -> TierRecorder:
@@ -451,6 +467,19 @@ class Recorder:
                 profile.reference(keys)
             if self.trace is not None:
                 self.trace.write(keys)
+
+    def written(self, keys: Sequence[Hashable]) -> None:
+        """Blocks ``keys`` entered the cache without a lookup (an answer's blocks written
+        during decode, once full): the reuse profile makes them its most recent blocks
+        without counting them (:meth:`kvobs.reuse.ReuseProfile.write`), and the trace, if
+        one is open, records them as ``written``."""
+        profile = self.reuse
+        if profile is None and self.profile_reuse:
+            profile = self.start_reuse_profile()
+        if profile is not None:
+            profile.write(keys)
+        if self.trace is not None:
+            self.trace.write(keys, written=True)
 
     def open_trace(self, path: str, max_bytes: int = DEFAULT_TRACE_BYTES,
                    clock: Callable[[], float] = time.time) -> TraceWriter:

@@ -21,6 +21,12 @@ GPU = "gpu"
 HOST = "host"
 DISK = "disk"
 
+#: A tier's role: ``primary`` holds running requests' KV (every running request needs
+#: blocks there, so it bounds concurrency); ``cache`` keeps reusable copies only.
+PRIMARY = "primary"
+CACHE = "cache"
+ROLES: tuple[str, ...] = (PRIMARY, CACHE)
+
 #: Tiers in the order reports list them: fastest first.
 KNOWN_TIERS: tuple[str, ...] = (GPU, HOST, DISK)
 
@@ -40,3 +46,9 @@ def validate_tier_name(name: str) -> str:
 def tier_order(name: str) -> int:
     """Sort key that lists known tiers fastest-first and others after them."""
     return KNOWN_TIERS.index(name) if name in KNOWN_TIERS else len(KNOWN_TIERS)
+
+
+def default_role(name: str) -> str:
+    """The usual role of tier ``name``: the GPU is primary, every other tier a cache
+    (an engine whose host pool is its primary store, vLLM HiSparse, says so)."""
+    return PRIMARY if name == GPU else CACHE

@@ -24,7 +24,7 @@ import structlog
 
 from kvobs.capacity import GIB, CapacityPlan
 from kvobs.errors import ConfigError
-from kvobs.tiers import GPU
+from kvobs.tiers import CACHE, GPU
 
 LogFormat = Literal["auto", "json", "console"]
 _LEVELS = {
@@ -78,13 +78,15 @@ def capacity_line(plan: CapacityPlan) -> str:
     )
     per_token = f", {plan.bytes_per_token:,} B/token" if plan.bytes_per_token else ""
     parts = [f"KV cache capacity ({plan.model}{per_token}): {tiers}"]
-    if any(t.tier == GPU for t in plan.tiers):
+    if plan.bounded_by is not None:
         parts.append(
             f"max concurrency {plan.max_concurrency:.2f}x for {plan.request_tokens:,}-token "
-            "requests (GPU tier only)"
+            f"requests ({plan.bound_phrase()})"
         )
     parts += [
         f"{t.tier} pool keeps prefixes of {plan.requests_held(t.tier):,.1f} such requests"
+        if t.role == CACHE else
+        f"{t.tier} pool is a primary store (a full {t.tier} pool makes new requests wait)"
         for t in plan.tiers
         if t.tier != GPU
     ]

@@ -38,6 +38,7 @@ def test_capacity_log_reports_every_tier_and_never_sums_them():
         log_capacity(plan, structlog.get_logger("kvobs"))
     event = next(e for e in logs if e["event"] == "kv_cache_capacity")
     assert event["tiers"]["host"] == {
+        "role": "cache",
         "blocks": 61728,
         "block_tokens": 16,
         "block_bytes": 2**21,
@@ -49,7 +50,7 @@ def test_capacity_log_reports_every_tier_and_never_sums_them():
     assert event["tiers"]["gpu"]["blocks"] == 8192
     line = capacity_line(plan)
     assert "host 61,728 blocks = 987,648 tokens = 120.56 GiB" in line
-    assert "max concurrency 4.00x" in line and "GPU tier only" in line
+    assert "max concurrency 4.00x" in line and "bounded by the GPU tier" in line
     assert "prefixes of 30.1" in line
     human = next(e for e in logs if e["event"] == line)
     assert human["log_level"] == "info"
