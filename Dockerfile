@@ -9,15 +9,19 @@
 # runs it as an unprivileged numeric user (65532), which the chart's runAsNonRoot needs.
 # Nothing is written at run time outside /tmp, so the root filesystem can be read-only.
 #
-# The demo's reference pool runs on torch. From PyPI, torch for x86_64 Linux brings the
-# CUDA libraries (several GB); for a much smaller CPU-only image point pip at a
-# PyTorch CPU wheel index:
+# kvobs itself is installed from this checkout (it is not on the package index yet).
+# The demo's reference pool runs on torch. From the default package index, torch for
+# x86_64 Linux brings the CUDA libraries (several GB); for a much smaller CPU-only image
+# install torch from PyTorch's CPU wheel index (the URL PyTorch's install selector gives
+# for CPU), as `make` does with the same variable:
 #
-#   docker build --build-arg PIP_EXTRA_INDEX_URL=<PyTorch CPU wheel index> -t kvobs:0.1.0 .
+#   docker build --build-arg TORCH_INDEX_URL=<PyTorch CPU wheel index> -t kvobs:0.1.0 .
 #
 # Build arguments:
 #   PYTHON_VERSION       base image tag (default 3.11-slim-bookworm)
 #   KVOBS_EXTRAS         pip extras (default "torch"; "torch,nvml" adds GPU memory gauges)
+#   TORCH_VERSION        the torch installed first (default 2.13.0, the tested one)
+#   TORCH_INDEX_URL      where that torch comes from (default: pip's own configuration)
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL   read by pip in the build stage only
 
 ARG PYTHON_VERSION=3.11-slim-bookworm
@@ -30,15 +34,19 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 ARG KVOBS_EXTRAS="torch"
+ARG TORCH_VERSION="2.13.0"
+ARG TORCH_INDEX_URL=""
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
+RUN python -m venv /opt/kvobs \
+    && /opt/kvobs/bin/pip install --no-cache-dir --disable-pip-version-check \
+        ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}"
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY kvobs ./kvobs
 COPY kernels ./kernels
 COPY dashboards ./dashboards
-RUN python -m venv /opt/kvobs \
-    && /opt/kvobs/bin/pip install --no-cache-dir --disable-pip-version-check \
+RUN /opt/kvobs/bin/pip install --no-cache-dir --disable-pip-version-check \
         ".${KVOBS_EXTRAS:+[$KVOBS_EXTRAS]}"
 
 FROM python:${PYTHON_VERSION}

@@ -3,13 +3,21 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# Where torch comes from. Empty: the machine's pip configuration decides (on x86_64 Linux
+# the package index's torch is the CUDA build, several GB). For a CPU-only torch set it to
+# PyTorch's CPU wheel index (the URL PyTorch's install selector gives for CPU). Exported,
+# so scripts/deps/*.sh and the wheel test install torch from the same place.
+TORCH_INDEX_URL ?=
+export TORCH_INDEX_URL
+TORCH_PIN   := torch==2.13.0
+TORCH_FROM  := $(if $(strip $(TORCH_INDEX_URL)),--index-url $(strip $(TORCH_INDEX_URL)))
 
-.PHONY: demo test setup deps lint bench mutants
+.PHONY: demo test setup deps lint bench mutants dist
 
 $(BIN)/kvobs: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q $(TORCH_FROM) $(TORCH_PIN)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
@@ -17,6 +25,13 @@ setup: $(BIN)/kvobs
 
 demo: setup
 	$(BIN)/kvobs demo
+
+# The sdist and the wheel in dist/ (kvobs is not on the package index yet). The wheel
+# holds the compiled copy kernel: it fits this platform and Python; the sdist fits any.
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	@ls -1 dist
 
 # Everything the tests talk to for real: each scripts/deps/*.sh installs one
 # component (Prometheus, helm, engine venvs, ...) idempotently under .tools/ or .venv-*.

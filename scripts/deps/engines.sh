@@ -14,7 +14,8 @@
 # the objects the engine's server uses import as they do in production. Each run then
 # imports those objects (ENGINE_IMPORTS) in every venv: a missing dependency fails here,
 # by name, not in the middle of a test.
-# Each venv also gets torch==2.13.0 (the CPU wheel), kvobs installed editable and pytest.
+# Each venv also gets torch==2.13.0 (from TORCH_INDEX_URL when set: the CPU wheel index),
+# kvobs installed editable and pytest.
 # Idempotent: a venv whose stamp (RECIPE + the engine's recipe) matches is left alone;
 # kvobs alone is reinstalled when pyproject.toml or setup.py change.
 # Bump RECIPE when the install steps below change.
@@ -25,6 +26,10 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 LISTS="$REPO/scripts/deps/engines"
 PYTHON="${KVOBS_ENGINE_PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
+# Where torch comes from: empty = pip's own configuration; `make` exports TORCH_INDEX_URL
+# (PyTorch's CPU wheel index for a CPU-only torch, see the README's quick start).
+TORCH_FROM=()
+[[ -n "${TORCH_INDEX_URL:-}" ]] && TORCH_FROM=(--index-url "$TORCH_INDEX_URL")
 RECIPE=2
 
 declare -A ENGINE_PKG=(
@@ -133,7 +138,7 @@ install_engine() {
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
     local pip=("$venv/bin/python" -m pip install -q)
-    quiet "${pip[@]}" "$TORCH_PIN"
+    quiet "${pip[@]}" "${TORCH_FROM[@]}" "$TORCH_PIN"
     if [[ -z "$prefix" ]]; then
         install_declared "$engine" "$venv"
     else

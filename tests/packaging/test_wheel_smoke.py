@@ -6,8 +6,9 @@ Prometheus that scrapes a demo and loads the rules ``dashboards --out`` wrote.
 
 The build runs on a copy of the checkout (tracked and untracked-but-not-ignored files),
 so it never writes into the working tree. The wheel is built from the sdist, which
-checks the sdist is complete. The fresh venv gets ``torch==2.13.0`` first (the CPU build
-this project pins; a bare ``torch`` requirement would pull a CUDA build), then
+checks the sdist is complete; it runs through the README's ``make dist``. The fresh venv
+gets ``torch==2.13.0`` first (from ``TORCH_INDEX_URL`` when set, as ``make`` does: a
+bare ``torch`` requirement would pull a CUDA build where pip's index is the default), then
 ``kvobs[demo]`` from the wheel, and nothing else: no grafanalib, no matplotlib.
 
 Missing prerequisites (the ``build`` package, ``venv``/``ensurepip``, the Prometheus
@@ -69,12 +70,18 @@ def dist(tmp_path_factory):
         missing("the `build` package is not installed: run `make setup` (it is in kvobs[dev])")
     if shutil.which("git") is None:
         missing("git is not installed; the build copies the checkout's files with git ls-files")
+    if shutil.which("make") is None:
+        missing("make is not installed; the build runs the README's `make dist`")
     src = _source_copy(tmp_path_factory.mktemp("src"))
-    out = tmp_path_factory.mktemp("dist")
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(src)],
+    # The README's `make dist`, with this interpreter's venv standing in for .venv (-o: it
+    # counts as set up, so make never reinstalls into it).
+    prefix = Path(sys.prefix)
+    result = subprocess.run(["make", "-C", str(src), "dist", f"VENV={prefix}",
+                             "-o", str(prefix / "bin" / "kvobs")],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = src / "dist"
     print(f"built sdist + wheel in {time.monotonic() - started:.1f} s")
     (sdist,) = out.glob("kvobs-*.tar.gz")
     (wheel,) = out.glob("kvobs-*.whl")
@@ -131,7 +138,8 @@ def fresh_venv(dist, tmp_path_factory):
     venv.EnvBuilder(with_pip=True, clear=True).create(root)
     python = root / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    for args in (["install", "-q", TORCH_PIN], ["install", "-q", f"{wheel}[demo]"]):
+    torch_from = ["--index-url", index] if (index := os.environ.get("TORCH_INDEX_URL")) else []
+    for args in (["install", "-q", *torch_from, TORCH_PIN], ["install", "-q", f"{wheel}[demo]"]):
         result = subprocess.run([str(python), "-m", "pip", *args], capture_output=True,
                                 text=True, timeout=900, env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
