@@ -1,5 +1,5 @@
 /*
- * kvobs.kernels._native: the hot loops of the block mover, in plain C.
+ * kvobs.kernels._native: the hot loops of the block mover and the reuse profile, in plain C.
  *
  * Everything crosses the boundary as integers: raw addresses of tensors that the
  * Python side owns and has validated (pool layers, the pair array, the run buffer, the
@@ -19,6 +19,7 @@
  *       a batch that large would evict the cache anyway, and skipping the read-for-
  *       ownership of each destination line saves a third of the memory traffic.
  *   memcpy(dst_addr, src_addr, nbytes): plain libc memcpy, the benchmark's baseline.
+ *   ReuseCore: the sampled path of kvobs.reuse.ReuseProfile (see its section below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -280,6 +281,396 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
     return PyBool_FromLong(HAVE_STREAM_COPY);
 }
 
+/* ---- reuse-distance profile core (kvobs.reuse) ----------------------------------------
+ *
+ * ReuseCore(max_keys, threshold, weight, bounds) holds the sampled part of a
+ * kvobs.reuse.ReuseProfile: the same algorithm as its pure-Python fallback, step for step,
+ * so both give the same counts on the same input (tests/core/test_reuse_native.py).
+ *
+ *   reference(keys, counted) -> None
+ *       For each key: bits = hash((key,)) (CPython's tuple hash of a 1-tuple, computed
+ *       without building the tuple); the key is sampled when the low 24 bits of bits are
+ *       below `threshold`. A sampled key's reuse distance (distinct sampled keys since its
+ *       previous reference, + itself, times `weight`) is counted in the first bucket whose
+ *       bound is >= it (cold references: the last one) when `counted` is true; otherwise
+ *       (a block written into the cache) only its recency is updated.
+ *
+ * State: an open-addressing table (bits -> slot, linear probing, backward-shift delete), a
+ * Fenwick tree over 4 x max_keys time slots (1 marks a key's latest slot), the key of each
+ * slot; slots are renumbered in recency order when they run out. The least recently used
+ * key is forgotten when max_keys keys are live and a new one arrives.
+ */
+
+#define REUSE_LOW_BITS ((1ULL << 24) - 1)
+#define XXPRIME_1 11400714785074694791ULL
+#define XXPRIME_2 14029467366897019727ULL
+#define XXPRIME_5 2870177450012600261ULL
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t max_keys, slots, live, clock, cap_mask;
+    int shift;
+    uint64_t threshold;
+    double weight;
+    Py_ssize_t n_bounds;
+    double *bounds;
+    long long *counts;            /* n_bounds + 1 */
+    int32_t *tree;                /* slots + 1 */
+    uint64_t *slot_key;           /* slots */
+    uint8_t *slot_live;           /* slots */
+    uint64_t *tbl_key;            /* cap */
+    int32_t *tbl_slot;            /* cap; -1: empty */
+    long long sampled, total, forgotten;
+    int tuple_hash_ok;            /* the replica below equals hash((key,)) here */
+} ReuseCore;
+
+static uint64_t tuple1_hash(uint64_t lane)
+{
+    uint64_t acc = XXPRIME_5;
+    acc += lane * XXPRIME_2;
+    acc = (acc << 31) | (acc >> 33);
+    acc *= XXPRIME_1;
+    acc += 1 ^ (XXPRIME_5 ^ 3527539ULL);
+    if (acc == (uint64_t)-1)
+        return 1546275796ULL;
+    return acc;
+}
+
+/* hash((key,)) as an unsigned 64-bit pattern; -1 with an exception set on failure. */
+static int key_bits(ReuseCore *self, PyObject *key, uint64_t *bits)
+{
+    if (self->tuple_hash_ok) {
+        Py_hash_t h = PyObject_Hash(key);
+        if (h == -1 && PyErr_Occurred())
+            return -1;
+        *bits = tuple1_hash((uint64_t)h);
+        return 0;
+    }
+    PyObject *t = PyTuple_Pack(1, key);
+    if (t == NULL)
+        return -1;
+    Py_hash_t h = PyObject_Hash(t);
+    Py_DECREF(t);
+    if (h == -1 && PyErr_Occurred())
+        return -1;
+    *bits = (uint64_t)h;
+    return 0;
+}
+
+static inline Py_ssize_t tbl_index(ReuseCore *self, uint64_t bits)
+{
+    return (Py_ssize_t)((bits * 0x9E3779B97F4A7C15ULL) >> self->shift);
+}
+
+/* The table position holding bits, or the empty position where it would go. */
+static inline Py_ssize_t tbl_find(ReuseCore *self, uint64_t bits)
+{
+    Py_ssize_t i = tbl_index(self, bits);
+    while (self->tbl_slot[i] >= 0 && self->tbl_key[i] != bits)
+        i = (i + 1) & self->cap_mask;
+    return i;
+}
+
+static void tbl_delete(ReuseCore *self, Py_ssize_t i)
+{
+    Py_ssize_t j = i;
+    self->tbl_slot[i] = -1;
+    for (;;) {
+        j = (j + 1) & self->cap_mask;
+        if (self->tbl_slot[j] < 0)
+            return;
+        Py_ssize_t home = tbl_index(self, self->tbl_key[j]);
+        /* move j back to i unless its home lies cyclically in (i, j] */
+        if ((i <= j) ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        self->tbl_key[i] = self->tbl_key[j];
+        self->tbl_slot[i] = self->tbl_slot[j];
+        self->tbl_slot[j] = -1;
+        i = j;
+    }
+}
+
+static inline void tree_add(ReuseCore *self, Py_ssize_t slot, int32_t delta)
+{
+    int32_t *tree = self->tree;
+    for (Py_ssize_t i = slot + 1; i <= self->slots; i += i & -i)
+        tree[i] += delta;
+}
+
+static inline long long tree_prefix(ReuseCore *self, Py_ssize_t n) /* slots 0..n-1 */
+{
+    long long total = 0;
+    for (Py_ssize_t i = n; i > 0; i -= i & -i)
+        total += self->tree[i];
+    return total;
+}
+
+/* The lowest live slot (the least recently used key). */
+static Py_ssize_t tree_first(ReuseCore *self)
+{
+    Py_ssize_t pos = 0, step = 1;
+    while (step * 2 <= self->slots)
+        step *= 2;
+    for (; step > 0; step /= 2) {
+        if (pos + step <= self->slots && self->tree[pos + step] < 1)
+            pos += step;
+    }
+    return pos;
+}
+
+static void reuse_compact(ReuseCore *self)
+{
+    Py_ssize_t n = 0, slots = self->slots;
+    for (Py_ssize_t s = 0; s < slots; s++) {
+        if (!self->slot_live[s])
+            continue;
+        uint64_t bits = self->slot_key[s];
+        self->tbl_slot[tbl_find(self, bits)] = (int32_t)n;
+        self->slot_live[s] = 0;
+        self->slot_key[n] = bits;
+        self->slot_live[n] = 1;
+        n++;
+    }
+    memset(self->tree, 0, sizeof(int32_t) * (size_t)(slots + 1));
+    for (Py_ssize_t i = 1; i <= slots; i++) {
+        if (i <= n)
+            self->tree[i] += 1;
+        Py_ssize_t parent = i + (i & -i);
+        if (parent <= slots)
+            self->tree[parent] += self->tree[i];
+    }
+    self->clock = n;
+}
+
+static void reuse_sample(ReuseCore *self, uint64_t bits, int counted)
+{
+    if (self->clock == self->slots)
+        reuse_compact(self);
+    Py_ssize_t now = self->clock++;
+    Py_ssize_t pos = tbl_find(self, bits);
+    double distance = -1.0; /* cold */
+    if (self->tbl_slot[pos] < 0) {
+        if (self->live >= self->max_keys) {
+            Py_ssize_t oldest = tree_first(self);
+            tree_add(self, oldest, -1);
+            self->slot_live[oldest] = 0;
+            tbl_delete(self, tbl_find(self, self->slot_key[oldest]));
+            self->live--;
+            self->forgotten++;
+            pos = tbl_find(self, bits);
+        }
+        self->tbl_key[pos] = bits;
+        self->live++;
+    } else {
+        Py_ssize_t previous = self->tbl_slot[pos];
+        double gap = (double)(now - previous) * self->weight;
+        if (gap <= self->bounds[0]) {
+            distance = gap;
+        } else {
+            long long older = tree_prefix(self, previous + 1);
+            distance = (double)(self->live - older + 1) * self->weight;
+        }
+        tree_add(self, previous, -1);
+        self->slot_live[previous] = 0;
+    }
+    self->tbl_slot[pos] = (int32_t)now;
+    self->slot_key[now] = bits;
+    self->slot_live[now] = 1;
+    tree_add(self, now, 1);
+    if (!counted)
+        return;
+    self->sampled++;
+    Py_ssize_t b = self->n_bounds;
+    if (distance >= 0) {
+        Py_ssize_t lo = 0, hi = self->n_bounds; /* bisect_left */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (self->bounds[mid] < distance)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        b = lo;
+    }
+    self->counts[b]++;
+}
+
+static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
+{
+    PyObject *keys;
+    int counted = 1;
+    if (!PyArg_ParseTuple(args, "O|p", &keys, &counted))
+        return NULL;
+    PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    if (counted)
+        self->total += n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t bits;
+        if (key_bits(self, items[i], &bits) < 0) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+        if ((bits & REUSE_LOW_BITS) < self->threshold)
+            reuse_sample(self, bits, counted);
+    }
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+}
+
+static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
+{
+    PyObject *out = PyList_New(self->n_bounds + 1);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i <= self->n_bounds; i++) {
+        PyObject *v = PyLong_FromLongLong(self->counts[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+static PyObject *reuse_stats(ReuseCore *self, PyObject *unused)
+{
+    return Py_BuildValue("(LLLn)", self->total, self->sampled, self->forgotten, self->live);
+}
+
+static void reuse_free_arrays(ReuseCore *self)
+{
+    PyMem_Free(self->bounds);
+    PyMem_Free(self->counts);
+    PyMem_Free(self->tree);
+    PyMem_Free(self->slot_key);
+    PyMem_Free(self->slot_live);
+    PyMem_Free(self->tbl_key);
+    PyMem_Free(self->tbl_slot);
+    self->bounds = NULL;
+    self->counts = NULL;
+    self->tree = NULL;
+    self->slot_key = NULL;
+    self->slot_live = NULL;
+    self->tbl_key = NULL;
+    self->tbl_slot = NULL;
+}
+
+static void reuse_dealloc(ReuseCore *self)
+{
+    reuse_free_arrays(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
+{
+    Py_ssize_t max_keys;
+    unsigned long long threshold;
+    double weight;
+    PyObject *bounds;
+    if (!PyArg_ParseTuple(args, "nKdO", &max_keys, &threshold, &weight, &bounds))
+        return -1;
+    if (max_keys <= 0 || max_keys > (1 << 28)) {
+        PyErr_SetString(PyExc_ValueError, "max_keys must be in [1, 2**28]");
+        return -1;
+    }
+    PyObject *fast = PySequence_Fast(bounds, "bounds must be a sequence of numbers");
+    if (fast == NULL)
+        return -1;
+    Py_ssize_t nb = PySequence_Fast_GET_SIZE(fast);
+    if (nb < 1) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_ValueError, "bounds must not be empty");
+        return -1;
+    }
+    reuse_free_arrays(self);
+    self->max_keys = max_keys;
+    self->slots = 4 * max_keys;
+    Py_ssize_t cap = 1;
+    int bits = 0;
+    while (cap < 2 * max_keys) {
+        cap *= 2;
+        bits++;
+    }
+    if (bits == 0) {
+        cap = 2;
+        bits = 1;
+    }
+    self->cap_mask = cap - 1;
+    self->shift = 64 - bits;
+    self->threshold = threshold;
+    self->weight = weight;
+    self->n_bounds = nb;
+    self->bounds = PyMem_Malloc(sizeof(double) * (size_t)nb);
+    self->counts = PyMem_Calloc((size_t)nb + 1, sizeof(long long));
+    self->tree = PyMem_Calloc((size_t)self->slots + 1, sizeof(int32_t));
+    self->slot_key = PyMem_Calloc((size_t)self->slots, sizeof(uint64_t));
+    self->slot_live = PyMem_Calloc((size_t)self->slots, 1);
+    self->tbl_key = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
+    self->tbl_slot = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
+    if (!self->bounds || !self->counts || !self->tree || !self->slot_key || !self->slot_live
+        || !self->tbl_key || !self->tbl_slot) {
+        Py_DECREF(fast);
+        reuse_free_arrays(self);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(self->tbl_slot, 0xff, sizeof(int32_t) * (size_t)cap);
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        self->bounds[i] = v;
+    }
+    Py_DECREF(fast);
+    self->live = self->clock = 0;
+    self->sampled = self->total = self->forgotten = 0;
+    /* Check the tuple-hash replica against the interpreter once; else build tuples. */
+    self->tuple_hash_ok = 1;
+    static const long long probes[] = {0, 1, -2, 12345678901LL, 1LL << 40};
+    for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+        PyObject *k = PyLong_FromLongLong(probes[i]);
+        PyObject *t = k ? PyTuple_Pack(1, k) : NULL;
+        Py_hash_t real = t ? PyObject_Hash(t) : -1;
+        Py_hash_t lane = k ? PyObject_Hash(k) : -1;
+        Py_XDECREF(t);
+        Py_XDECREF(k);
+        if (PyErr_Occurred())
+            return -1;
+        if ((uint64_t)real != tuple1_hash((uint64_t)lane))
+            self->tuple_hash_ok = 0;
+    }
+    return 0;
+}
+
+static PyMethodDef reuse_methods[] = {
+    {"reference", (PyCFunction)reuse_reference, METH_VARARGS,
+     "reference(keys, counted=True): sample and profile block keys."},
+    {"counts", (PyCFunction)reuse_counts, METH_NOARGS,
+     "Sampled counted references per bucket (the last: beyond every bound, cold)."},
+    {"stats", (PyCFunction)reuse_stats, METH_NOARGS,
+     "(total references, sampled references, forgotten keys, live keys)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReuseCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.ReuseCore",
+    .tp_basicsize = sizeof(ReuseCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Sampled reuse-distance profile core (see kvobs.reuse).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)reuse_init,
+    .tp_dealloc = (destructor)reuse_dealloc,
+    .tp_methods = reuse_methods,
+};
+
 static PyMethodDef methods[] = {
     {"has_stream_copy", has_stream_copy, METH_NOARGS, "True where non-temporal stores exist."},
     {"plan_pairs", plan_pairs, METH_VARARGS, "Validate an int64 pair array and coalesce runs."},
@@ -297,4 +688,18 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void)
+{
+    if (PyType_Ready(&ReuseCoreType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&ReuseCoreType);
+    if (PyModule_AddObject(m, "ReuseCore", (PyObject *)&ReuseCoreType) < 0) {
+        Py_DECREF(&ReuseCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

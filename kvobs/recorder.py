@@ -55,6 +55,8 @@ from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from kvobs.trace import TraceWriter
 
 ResidentSource = Callable[[], tuple[int, int]]
+#: Series an adapter exports beyond tiers and links: ``{metric: [(labels, value)]}``.
+SeriesSource = Callable[[], Mapping[str, list[tuple[dict[str, str], float]]]]
 
 _log = structlog.get_logger("kvobs")
 
@@ -364,6 +366,8 @@ class Recorder:
         self._error_logged_at: dict[str, float] = {}
         #: The duration / residency samples as histograms; drained at collection only.
         self.histograms = SampleHistograms(self)
+        #: Series an adapter owns beyond the tiers and links (read at collection).
+        self.sources: tuple[SeriesSource, ...] = ()
 
     def add_tier(
         self, name: str, capacity_blocks: int, block_tokens: int, block_bytes: int, *,
@@ -522,6 +526,18 @@ class Recorder:
                     capacity_blocks = max(tokens // max(block, 1), 1)
                 self.reuse = ReuseProfile(capacity_blocks, rate=rate)
             return self.reuse
+
+    def add_source(self, source: SeriesSource) -> None:
+        """Export the catalog series ``source()`` returns with this recorder's (an
+        adapter's own counters, e.g. vLLM HiSparse's hot-buffer counts); every reader of
+        the recorder (``/metrics``, OTLP) calls it at collection."""
+        with self._setup_lock:
+            self.sources = (*self.sources, source)
+
+    def remove_source(self, source: SeriesSource) -> None:
+        """Stop exporting ``source`` (an adapter being unwrapped)."""
+        with self._setup_lock:
+            self.sources = tuple(s for s in self.sources if s != source)
 
     def error(self, component: str, exc: BaseException | None = None) -> None:
         """Count a failure inside kvobs instrumentation; log it at most once a minute.

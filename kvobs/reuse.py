@@ -6,17 +6,36 @@ reference (cold references, never seen before, have none). An LRU cache of ``C``
 blocks hits exactly the references whose distance is ``<= C``, so one profile answers
 "what if the pool were 2x larger?" for every size at once (Mattson et al., 1970).
 
+Which references count. The profile models the engine's cache as one LRU stack of
+blocks. Two kinds of events move a block to the top of that stack:
+
+* a *lookup* reference (:meth:`ReuseProfile.reference`): a block of a prompt looked up at
+  admission. These are what the hit ratio is about: each one is counted, hit if its
+  distance is ``<= C``;
+* a *write* (:meth:`ReuseProfile.write`): a block the cache gains that no lookup
+  referenced: blocks written during decode once they are full (vLLM's
+  ``cache_full_blocks``; the reference pool at release). They are not counted (nobody
+  looked them up), but they occupy the cache and the next turn's prompt hits them, so
+  without them a returning conversation's last answer would look cold.
+
+Prompt blocks computed at prefill are the lookup's own misses, and an offload landing
+copies a block the profile already holds: neither adds a block to the stack.
+
 Computing it exactly needs memory for every distinct block. :class:`ReuseProfile`
 follows SHARDS (Waldspurger et al., FAST'15): a block is tracked only if a hash of its
 key falls under a threshold (rate ``R``, spatial sampling: all references of a sampled
 block are kept, none of the others), distances between sampled blocks are scaled by
 ``1/R``, and each sampled reference counts for ``1/R`` references. Memory is bounded by
-``max_keys`` tracked blocks whatever the number of distinct keys: the rate is chosen so
-that ``max_keys / R`` covers the largest distance of interest (the horizon, 16x the
-configured capacity), and when more blocks than ``max_keys`` are live the least recently
-used one is forgotten (its next reference is beyond the horizon: a miss at every size
-of interest). Per reference the hot path pays one multiply-and-compare; a sampled one
-(1 in ``1/R``) pays a few microseconds (an order-statistics query on a Fenwick tree).
+``max_keys`` tracked blocks whatever the number of distinct keys: the rate is the largest
+power of two (at most 1: exact tracking) whose ``max_keys / R`` covers the largest
+distance of interest (the horizon, 16x the configured capacity), and when more blocks than
+``max_keys`` are live the least recently used one is forgotten (:attr:`forgotten`; with the
+default rate its next reference is beyond the horizon: a miss at every size of interest,
+as it would be anyway). The rate depends only on the capacity, so engines of one size
+share it and their counters add up. Per reference the hot path pays one hash and compare;
+a sampled one an order-statistics query on a Fenwick tree: ~0.1-0.3 us in the C core
+(``kvobs.kernels._native.ReuseCore``), a few microseconds in the pure-Python fallback
+used where the extension was not built (both give the same counts on the same input).
 
 Prefix semantics: engines stop matching at a request's first missing block. Under LRU
 with prefix-structured keys this needs no special case: a block's ancestors are
@@ -27,18 +46,21 @@ Example:
     >>> profile = ReuseProfile(capacity_blocks=4, rate=1.0)
     >>> for request in (["a", "b", "c"], ["a", "b", "d"], ["a", "b", "c"]):
     ...     profile.reference(request)
+    >>> profile.write(["e"])  # written during decode: occupies the cache, not counted
+    >>> profile.reference(["a", "b", "e"])
     >>> profile.references, profile.hit_ratio(2), round(profile.hit_ratio(3), 3)
-    (9, 0.0, 0.444)
+    (12, 0.0, 0.417)
 """
 
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 from kvobs.errors import ConfigError
+from kvobs.kernels._ext import native as _native
 
 _SPACE = 1 << 24  # the sampling threshold's resolution
 _LOW_BITS = _SPACE - 1
@@ -47,9 +69,9 @@ _LOW_BITS = _SPACE - 1
 BUCKET_FACTORS: tuple[float, ...] = (
     0.125, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0,
 )
-DEFAULT_MAX_KEYS = 32768
-#: Highest default sampling rate: keeps the hot path cheap on small pools too.
-DEFAULT_MAX_RATE = 1 / 8
+DEFAULT_MAX_KEYS = 1 << 17
+#: Highest default sampling rate: exact tracking while the horizon fits in ``max_keys``.
+DEFAULT_MAX_RATE = 1.0
 
 
 def default_rate(capacity_blocks: int, max_keys: int = DEFAULT_MAX_KEYS,
@@ -95,14 +117,17 @@ class ReuseProfile:
         rate: sampling rate in (0, 1]; default :func:`default_rate`.
         max_keys: most sampled blocks tracked at once.
         keep_samples: also keep every sampled distance (offline what-if: any size
-            can then be read exactly instead of at bucket bounds).
+            can then be read exactly instead of at bucket bounds). Pure Python.
+        native: use the C core (default: where it was built and ``keep_samples`` is
+            off); ``False`` forces the pure-Python path.
 
     Raises:
         ConfigError: a non-positive capacity, rate outside (0, 1] or ``max_keys``.
     """
 
     def __init__(self, capacity_blocks: int, rate: float | None = None,
-                 max_keys: int = DEFAULT_MAX_KEYS, keep_samples: bool = False) -> None:
+                 max_keys: int = DEFAULT_MAX_KEYS, keep_samples: bool = False,
+                 native: bool | None = None) -> None:
         if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) \
                 or capacity_blocks <= 0:
             raise ConfigError(f"reuse profile: capacity_blocks must be a positive integer, "
@@ -119,34 +144,65 @@ class ReuseProfile:
             {max(1, round(f * capacity_blocks)) for f in BUCKET_FACTORS}))
         self._threshold = max(1, round(rate * _SPACE))
         self._weight = 1.0 / rate
+        self._lock = threading.Lock()
+        self.samples: list[float] | None = [] if keep_samples else None
+        use_native = _native is not None and not keep_samples if native is None \
+            else bool(native) and _native is not None and not keep_samples
+        self._core = _native.ReuseCore(max_keys, self._threshold, self._weight,
+                                       self.bounds) if use_native else None
+        # the pure-Python state (unused with the C core)
         self._counts = [0] * (len(self.bounds) + 1)  # sampled references per bucket; last: +Inf
         self._last: OrderedDict[int, int] = OrderedDict()  # sampled key -> latest slot
         self._slots = 4 * max_keys
-        self._tree = _Fenwick(self._slots)
+        self._tree = _Fenwick(self._slots if self._core is None else 0)
         self._clock = 0
-        self._lock = threading.Lock()
-        self.samples: list[float] | None = [] if keep_samples else None
-        self.sampled = 0          # sampled references
-        self.total = 0            # all references, sampled or not
-        self.forgotten = 0        # tracked blocks dropped by the max_keys bound
+        self._sampled = 0       # sampled (counted) references
+        self._total = 0         # all counted references, sampled or not
+        self._forgotten = 0     # tracked blocks dropped by the max_keys bound
+
+    @property
+    def native(self) -> bool:
+        """Whether the C core runs this profile."""
+        return self._core is not None
 
     def reference(self, keys: Sequence[Hashable]) -> None:
-        """Blocks ``keys`` (one request's prompt, in order) were looked up.
+        """Blocks ``keys`` (one request's prompt, in order) were looked up: counted.
 
         Sampling reads the low bits of ``hash((key,))``: the tuple hash mixes the key's
         own hash (cached by bytes keys, the value itself for ints), so consecutive ints
-        sample as evenly as digests; about 100 ns a reference. Which blocks are sampled
-        varies with ``PYTHONHASHSEED``; the estimate does not depend on it.
+        sample as evenly as digests. Which blocks are sampled varies with
+        ``PYTHONHASHSEED``; the estimate does not depend on it.
         """
+        if self._core is not None:
+            self._core.reference(keys, True)
+            return
+        self._total += len(keys)
+        self._python(keys, True)
+
+    def write(self, keys: Sequence[Hashable]) -> None:
+        """Blocks ``keys`` entered the cache without a lookup (written during decode):
+        they become the most recent blocks; nothing is counted.
+
+        Example:
+            >>> profile = ReuseProfile(capacity_blocks=8, rate=1.0)
+            >>> profile.write(["answer"]); profile.reference(["answer"])
+            >>> profile.references, profile.hit_ratio(1)
+            (1, 1.0)
+        """
+        if self._core is not None:
+            self._core.reference(keys, False)
+            return
+        self._python(keys, False)
+
+    def _python(self, keys: Sequence[Hashable], counted: bool) -> None:
         threshold = self._threshold
-        self.total += len(keys)
         picked = [bits for key in keys if (bits := hash((key,))) & _LOW_BITS < threshold]
         if picked:
             with self._lock:
                 for bits in picked:
-                    self._sample(bits)
+                    self._sample(bits, counted)
 
-    def _sample(self, bits: int) -> None:
+    def _sample(self, bits: int, counted: bool = True) -> None:
         # The Fenwick operations are inlined: this runs once per sampled reference.
         if self._clock == self._slots:
             self._compact()
@@ -163,7 +219,7 @@ class ReuseProfile:
                 while i < size:
                     tree[i] -= 1
                     i += i & -i
-                self.forgotten += 1
+                self._forgotten += 1
         else:
             # Sampled references since the previous one bound the distinct blocks since:
             # a short gap lands in the first bucket without counting them.
@@ -186,7 +242,9 @@ class ReuseProfile:
         while i < size:
             tree[i] += 1
             i += i & -i
-        self.sampled += 1
+        if not counted:
+            return
+        self._sampled += 1
         if distance is None:
             self._counts[-1] += 1
         else:
@@ -213,16 +271,46 @@ class ReuseProfile:
         self._tree.tree = tree
         self._clock = live
 
+    def _stats(self) -> tuple[int, int, int, int]:
+        """``(total, sampled, forgotten, tracked)``."""
+        if self._core is not None:
+            return self._core.stats()  # type: ignore[no-any-return]
+        return self._total, self._sampled, self._forgotten, len(self._last)
+
+    @property
+    def total(self) -> int:
+        """Counted (lookup) references, sampled or not."""
+        return self._stats()[0]
+
+    @property
+    def sampled(self) -> int:
+        """Sampled counted references."""
+        return self._stats()[1]
+
+    @property
+    def forgotten(self) -> int:
+        """Sampled blocks dropped by the ``max_keys`` bound (least recently used first)."""
+        return self._stats()[2]
+
+    @property
+    def tracked(self) -> int:
+        """Sampled blocks tracked now (at most ``max_keys``)."""
+        return self._stats()[3]
+
     @property
     def references(self) -> int:
         """References looked up (every one, sampled or not)."""
         return self.total
 
+    def counts(self) -> list[int]:
+        """Sampled counted references per bucket (the last: beyond every bound, or cold)."""
+        return self._core.counts() if self._core is not None else list(self._counts)
+
     def cumulative(self) -> list[tuple[float, int]]:
         """``(bound in blocks, sampled references with distance <= bound)``, ending with
         ``(inf, every sampled reference)``: cold references are only there."""
         running, rows = 0, []
-        for bound, count in zip((*self.bounds, float("inf")), self._counts, strict=True):
+        for bound, count in zip((*self.bounds, float("inf")), self.counts(), strict=True):
             running += count
             rows.append((float(bound), running))
         return rows
@@ -233,17 +321,38 @@ class ReuseProfile:
         SHARDS-adj: the sample holds ``sampled`` references where ``total * rate`` were
         expected; the difference comes mostly from a few hot blocks, whose distances are
         the shortest, so it is credited to the shortest distances. Exact at any size with
-        ``keep_samples``; otherwise read at the largest bucket bound <= ``size_blocks``.
+        ``keep_samples``; otherwise exact at the bucket bounds and interpolated linearly
+        between them (from 0 below the first; the last bound's value beyond it).
         """
-        expected = self.total * self.rate
-        if not self.sampled or expected <= 0:
+        total, sampled, _, _ = self._stats()
+        if not sampled or total * self.rate <= 0:
             return 0.0
         if self.samples is not None:
             hits = sum(1 for d in self.samples if d <= size_blocks)
-        else:
-            hits = sum(count for bound, count in zip(self.bounds, self._counts, strict=False)
-                       if bound <= size_blocks)
-        return adjusted_hit_ratio(hits, self.sampled, self.total, self.rate)
+            return adjusted_hit_ratio(hits, sampled, total, self.rate)
+        points = [(bound, adjusted_hit_ratio(hits, sampled, total, self.rate))
+                  for bound, hits in self.cumulative()[:-1]]
+        return interpolate(points, size_blocks)
+
+
+def interpolate(points: Sequence[tuple[float, float]], size: float) -> float:
+    """The value at ``size`` of the curve through ``points`` (sorted by bound): linear
+    between two bounds, from 0 below the first, flat beyond the last.
+
+    Example:
+        >>> interpolate([(10, 0.2), (20, 0.4)], 15), interpolate([(10, 0.2)], 5)
+        (0.30000000000000004, 0.1)
+    """
+    if not points:
+        return 0.0
+    first_bound, first = points[0]
+    if size < first_bound:
+        return first * max(size, 0.0) / first_bound
+    i = bisect_right([b for b, _ in points], size) - 1
+    if i >= len(points) - 1:
+        return points[-1][1]
+    (b0, h0), (b1, h1) = points[i], points[i + 1]
+    return h0 + (h1 - h0) * (size - b0) / (b1 - b0)
 
 
 def adjusted_hit_ratio(hits: float, sampled: float, total: float, rate: float) -> float:

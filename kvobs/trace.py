@@ -4,6 +4,10 @@ Each line holds the request's prompt block hashes in order and a timestamp::
 
     {"blocks": ["9f86d081884c7d65", "2c26b46b68ffc68f"], "ts": 12.5}
 
+Blocks the cache gained without a lookup (an answer written during decode) are lines
+with ``"written"`` instead of ``"blocks"``: a replay makes them recent without counting
+them (:meth:`kvobs.reuse.ReuseProfile.write`).
+
 Only hashes are written (64 bits of each block key, as hex), never tokens. The file is
 bounded: once ``max_bytes`` are written the writer stops and counts what it skipped.
 Readers ignore other fields, so engines may add their own.
@@ -57,12 +61,13 @@ class TraceWriter:
         self.skipped_lookups = 0
         self._lock = threading.Lock()
 
-    def write(self, keys: Sequence[Hashable]) -> None:
-        """Record one lookup of ``keys``."""
+    def write(self, keys: Sequence[Hashable], written: bool = False) -> None:
+        """Record one lookup of ``keys`` (``written``: blocks written without a lookup)."""
         if self.written_bytes >= self.max_bytes:
             self.skipped_lookups += 1
             return
-        line = json.dumps({"blocks": [key_hex(k) for k in keys], "ts": self.clock()},
+        field = "written" if written else "blocks"
+        line = json.dumps({field: [key_hex(k) for k in keys], "ts": self.clock()},
                           separators=(",", ":")) + "\n"
         with self._lock:
             if self.written_bytes + len(line) > self.max_bytes:
@@ -80,10 +85,11 @@ class TraceWriter:
 
 @dataclass(frozen=True)
 class TraceRecord:
-    """One lookup read back from a trace."""
+    """One lookup read back from a trace (``written``: blocks written, not looked up)."""
 
     blocks: list[str]
     ts: float | None
+    written: bool = False
 
 
 def read_trace(lines: IO[str], source: str = "trace") -> Iterator[TraceRecord]:
@@ -96,10 +102,12 @@ def read_trace(lines: IO[str], source: str = "trace") -> Iterator[TraceRecord]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{source}:{number}: not JSON ({exc.msg}): each line must be "
                               '{"blocks": ["<hash>", ...], "ts": seconds}') from None
-        blocks = record.get("blocks") if isinstance(record, dict) else None
+        written = isinstance(record, dict) and "blocks" not in record and "written" in record
+        blocks = record.get("written" if written else "blocks") if isinstance(record, dict) \
+            else None
         if not isinstance(blocks, list) or not all(isinstance(b, (str, int)) for b in blocks):
             raise ConfigError(f"{source}:{number}: \"blocks\" must be a list of block hashes "
                               '(strings), e.g. {"blocks": ["9f86d081"], "ts": 0.0}')
         ts = record.get("ts")
         yield TraceRecord([str(b) for b in blocks], float(ts) if isinstance(ts, (int, float))
-                          else None)
+                          else None, written)

@@ -77,18 +77,18 @@ def curve_from_trace(lines: IO[str], source: str = "trace",
     Raises:
         ConfigError: a malformed line (its number named) or a trace with no references.
     """
-    requests = [record.blocks for record in read_trace(lines, source)]
-    total = sum(len(blocks) for blocks in requests)
+    records = [(record.blocks, record.written) for record in read_trace(lines, source)]
+    total = sum(len(blocks) for blocks, written in records if not written)
     if not total:
         raise ConfigError(f"{source}: the trace holds no block references: record one with "
                           "`kvobs demo --trace-out FILE`")
-    distinct = len({key for blocks in requests for key in blocks})
+    distinct = len({key for blocks, _ in records for key in blocks})
     exact = total <= exact_limit
     rate = 1.0 if exact else default_rate(distinct)
     profile = ReuseProfile(max(distinct, 1), rate=rate, max_keys=max(distinct, 1) if exact
                            else 1 << 16, keep_samples=True)
-    for blocks in requests:
-        profile.reference(blocks)
+    for blocks, written in records:
+        (profile.write if written else profile.reference)(blocks)
     return Curve(float(total), exact, source, _profile=profile)
 
 

@@ -59,3 +59,84 @@ def chat_prefixes(requests: int, seed: int) -> Iterator[list[int]]:
             if len(conversations) > 400:
                 conversations.pop(0)
         yield list(convo)
+
+
+#: An event of a cache trace: (block key, counted). Counted events are prefix lookups;
+#: the others are blocks the cache gained without a lookup (written during decode).
+Event = tuple[object, bool]
+
+
+def exact_lru_event_hit_ratio(events: Sequence[Event], size: int) -> float:
+    """Hit ratio of the counted events of an LRU cache of ``size`` blocks: every event
+    makes its block the most recent; only counted ones are hits or misses."""
+    cache: OrderedDict[object, None] = OrderedDict()
+    hits = counted = 0
+    for key, is_lookup in events:
+        if key in cache:
+            hits += is_lookup
+            cache.move_to_end(key)
+        else:
+            cache[key] = None
+            if len(cache) > size:
+                cache.popitem(last=False)
+        counted += is_lookup
+    return hits / counted
+
+
+def chat_with_answers(requests: int, seed: int, systems: int = 60,
+                      hot_system_blocks: int = 0) -> Iterator[tuple[list[int], list[int]]]:
+    """Multi-turn chat: ``(prompt blocks looked up, answer blocks written in decode)`` per
+    request. A returning conversation's prompt is its history: every earlier prompt and
+    answer, then the new user turn, so its last answer is hit only if written blocks are
+    seen. System prompts have Zipf popularity; ``hot_system_blocks`` > 0 makes one tiny
+    system prompt of that many blocks that half the conversations share."""
+    rng = random.Random(seed)
+    fresh = itertools.count(1 << 40)
+    prompts = [[next(fresh) for _ in range(rng.randrange(4, 24))] for _ in range(systems)]
+    hot = [next(fresh) for _ in range(hot_system_blocks)]
+    live: list[list[int]] = []
+    for _ in range(requests):
+        if live and rng.random() < 0.65:
+            convo = live[rng.randrange(len(live))]
+            convo.extend(next(fresh) for _ in range(rng.randrange(1, 4)))  # the user's turn
+        else:
+            if hot and rng.random() < 0.5:
+                system = hot
+            else:
+                system = prompts[min(int(rng.paretovariate(1.1)) - 1, len(prompts) - 1)]
+            convo = [*system, *(next(fresh) for _ in range(rng.randrange(1, 6)))]
+            live.append(convo)
+            if len(live) > 600:
+                live.pop(rng.randrange(len(live)))
+        answer = [next(fresh) for _ in range(rng.randrange(1, 12))]
+        yield list(convo), answer
+        convo.extend(answer)
+
+
+def mixed_trace(references: int, seed: int) -> list[Event]:
+    """A trace kvobs's own tests never tuned on: Zipf system prompts and returning chats
+    with decode-written answers, one-pass scans (long documents read once), bursts of one
+    hot prefix, and a hot set smaller than any bucket; ``references`` counted events."""
+    rng = random.Random(seed)
+    chats = chat_with_answers(10**9, seed + 1)
+    fresh = itertools.count(1 << 50)
+    hot = [next(fresh) for _ in range(6)]
+    burst: list[int] = []
+    events: list[Event] = []
+    counted = 0
+    while counted < references:
+        roll = rng.random()
+        if roll < 0.7:
+            prompt, answer = next(chats)
+        elif roll < 0.8:
+            prompt, answer = [next(fresh) for _ in range(rng.randrange(20, 200))], []
+        elif roll < 0.9:
+            if not burst or rng.random() < 0.05:
+                burst = [next(fresh) for _ in range(rng.randrange(8, 64))]
+            prompt, answer = list(burst), []
+        else:
+            prompt, answer = list(hot), [next(fresh) for _ in range(2)]
+        events.extend((key, True) for key in prompt)
+        events.extend((key, False) for key in answer)
+        counted += len(prompt)
+    return events

@@ -9,6 +9,8 @@ blocks really move between the two tensors through :mod:`kvobs.kernels`.
   on the host (host hit: onloaded into fresh GPU blocks), and computes the rest (miss).
 * Offload: when the GPU has no free block, the least recently used cached block is
   copied to the host tier (unless already there) and its GPU block reused.
+* Reuse profile: each admission's prompt blocks are its lookup; at release the answer's
+  full blocks (written during decode, cached from now on) are reported as ``written``.
 * Host eviction: the host tier evicts its least recently used block to make room; a
   block about to be onloaded is never chosen. Without room the offload is dropped.
 
@@ -206,6 +208,9 @@ class TieredKVPool:
                 cached += 1
         self._gpu.free(cached, cached=True)
         self._gpu.free(emptied, cached=False)
+        written = hashes[allocation.prompt_tokens // self.block_tokens:len(allocation.blocks)]
+        if written:  # the answer's full blocks, cached now: the next turn's prompt hits them
+            self.recorder.written(written)
 
     def poll_transfers(self) -> None:
         """Report finished asynchronous (CUDA) transfers; a no-op on CPU."""

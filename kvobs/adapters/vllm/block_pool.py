@@ -10,6 +10,8 @@ and resets), using two identities that hold for every sequence of pool calls:
   reference, cached = unreferenced blocks that still hold a prefix hash. Each block is
   read once, so a scrape landing inside ``free_blocks`` (reference counts dropped before
   the free queue is updated) still reads ``in_use + cached <= capacity``;
+* blocks cached beyond a request's prompt (its answer, written during decode) go to the
+  recorder's reuse profile as ``written`` (they occupy the cache; the next turn hits them);
 * a block gains a hash only in ``cache_full_blocks`` / ``cache_partial_block`` /
   ``move_block_hashes`` and loses it only by eviction, so capacity evictions (cached
   blocks repurposed by ``get_new_blocks``) = hashes gained - hashed now - hashes dropped
@@ -57,6 +59,8 @@ class BlockPoolInstrumentation(Instrumentation):
         self.hashes_gained = 0
         self.hashes_dropped = 0
         self.reset_pending = 0
+        #: report blocks cached during decode to the reuse profile (``rec.written``)
+        self.written = rec.profile_reuse
         self._settle_lock = threading.Lock()
 
     def settle(self) -> tuple[int, int]:
@@ -164,6 +168,22 @@ def _cache_full_after(inst: BlockPoolInstrumentation, before: int, result: Any,
         if blocks[i]._block_hash is not None:
             n += 1
     inst.hashes_gained += n
+    if inst.written and kwargs.get("kv_cache_group_id", args[1] if len(args) > 1 else 0) == 0:
+        _written(inst, request, num_cached_blocks, num_full_blocks,
+                 kwargs.get("block_size", args[0] if args else None))
+
+
+def _written(inst: BlockPoolInstrumentation, request: Any, num_cached_blocks: int,
+             num_full_blocks: int, block_size: int | None) -> None:
+    """Report the blocks this call cached beyond the prompt (an answer written during
+    decode) to the reuse profile, as the request's own block hashes (the lookup's keys)."""
+    hash_size = inst.target.hash_block_size
+    per = (block_size or hash_size) // hash_size
+    prompt = request.num_prompt_tokens // hash_size
+    start = max(num_cached_blocks * per, prompt)
+    end = num_full_blocks * per
+    if start < end:
+        inst.rec.written(request.block_hashes[start:end])
 
 
 def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,
