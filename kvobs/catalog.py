@@ -294,6 +294,21 @@ METRICS: tuple[MetricSpec, ...] = (
         "Time between consecutive uses of sampled blocks in the tier.",
     ),
     _c(
+        "kvobs_hot_buffer_lookups_total",
+        "{row}",
+        ("outcome",),
+        "KV rows a sparse-attention step looked for in its GPU hot buffer (vLLM HiSparse): "
+        "outcome hit = already there, miss = loaded from the host tier (top-k rows, not "
+        "pages; present only where the engine has hot buffers).",
+    ),
+    _c(
+        "kvobs_hot_buffer_load_bytes_total",
+        "By",
+        (),
+        "Bytes the hot-buffer misses loaded from the host tier into the GPU (vLLM HiSparse; "
+        "row loads, not counted in the page transfers).",
+    ),
+    _c(
         "kvobs_instrumentation_errors_total",
         "{error}",
         ("component",),

@@ -99,10 +99,11 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
 
 
 def recorder_series(recorder: Recorder, sources: Sequence[SeriesSource] = ()) -> Series:
-    """:func:`snapshot_series` of one snapshot of ``recorder``, plus what ``sources`` add;
+    """:func:`snapshot_series` of one snapshot of ``recorder``, plus what its own sources
+    (:meth:`~kvobs.recorder.Recorder.add_source`) and ``sources`` add;
     a source that raises is counted (``telemetry.source``) and left out."""
     series = snapshot_series(recorder.snapshot())
-    for source in sources:
+    for source in (*recorder.sources, *sources):
         try:
             extra = {name: list(values) for name, values in source().items()}
         except Exception as exc:

@@ -6,7 +6,13 @@
   allocation and its ``size`` is that allocation's total (vLLM's own offloading config
   reads it the same way): a hybrid model (full + sliding-window groups) lists one tensor
   per group with the same size, so summing them would double the bytes. Exact for MHA,
-  GQA, MLA and hybrid groups sharing the pool.
+  GQA, MLA and hybrid groups sharing the pool. Host-resident groups and tensors (vLLM
+  HiSparse's host source) are not the GPU's.
+* HiSparse host pool (:func:`hisparse_host_capacity`): ``hisparse_host_num_blocks``
+  minus its null block, the host source group's block size, and bytes per block =
+  ``hisparse_host_block_stride`` (the physical bytes between host blocks: the page of
+  every sparse layer, rounded up when TP ranks share one pool). A primary tier: every
+  computed page needs a host block.
 * Host: chunks from the CPU offloading manager; bytes per chunk from its published
   config (``config_info()``, vLLM 0.33) or else from the offloading spec's
   ``kv_bytes_per_chunk`` (vLLM 0.32, where the manager publishes none). A chunk holds
@@ -25,7 +31,7 @@ from typing import Any
 
 from kvobs.capacity import TierCapacity
 from kvobs.errors import ConfigError
-from kvobs.tiers import GPU, HOST
+from kvobs.tiers import GPU, HOST, PRIMARY
 
 
 def gpu_tier_capacity(kv_cache_config: Any, tier: str = GPU) -> TierCapacity:
@@ -37,10 +43,60 @@ def gpu_tier_capacity(kv_cache_config: Any, tier: str = GPU) -> TierCapacity:
             f"kv_cache_config: num_blocks={num_blocks} and kv_cache_groups={groups!r} "
             "describe no KV cache: pass the KVCacheConfig the engine was initialised with"
         )
-    block_tokens = int(groups[0].kv_cache_spec.block_size)
-    backing = max((int(t.size) for t in getattr(kv_cache_config, "kv_cache_tensors", ())),
+    device_groups = [g for g in groups if not getattr(g, "host_resident", False)] or groups
+    block_tokens = int(device_groups[0].kv_cache_spec.block_size)
+    backing = max((int(t.size) for t in getattr(kv_cache_config, "kv_cache_tensors", ())
+                   if not getattr(t, "host_resident", False)),
                   default=0)  # one shared allocation: never a sum over groups
     return TierCapacity(tier, num_blocks - 1, block_tokens, backing // num_blocks)
+
+
+def is_hisparse(kv_cache_config: Any) -> bool:
+    """Whether ``kv_cache_config`` has a HiSparse host pool (vLLM 0.33+)."""
+    return isinstance(getattr(kv_cache_config, "hisparse_host_num_blocks", None), int)
+
+
+def hisparse_host_capacity(kv_cache_config: Any, tier: str = HOST) -> TierCapacity:
+    """The HiSparse host pool of a vLLM ``KVCacheConfig``: a primary tier.
+
+    Example:
+        >>> host = hisparse_host_capacity(scheduler.kv_cache_config)  # doctest: +SKIP
+        >>> host.role, host.block_bytes                               # doctest: +SKIP
+        ('primary', 147456)
+    """
+    blocks = getattr(kv_cache_config, "hisparse_host_num_blocks", None)
+    stride = getattr(kv_cache_config, "hisparse_host_block_stride", None)
+    source = next((g for g in getattr(kv_cache_config, "kv_cache_groups", ())
+                   if getattr(g, "host_resident", False)), None)
+    if not isinstance(blocks, int) or blocks <= 0 or source is None:
+        raise ConfigError(
+            f"kv_cache_config: hisparse_host_num_blocks={blocks!r} and no host-resident "
+            "group: pass the KVCacheConfig of a HiSparse engine (HiSparseConnector with "
+            "host_pool_gib)")
+    return TierCapacity(tier, blocks - 1, int(source.kv_cache_spec.block_size),
+                        stride if isinstance(stride, int) and stride > 0 else 0,
+                        role=PRIMARY)
+
+
+def request_blocks(vllm_config: Any, kv_cache_config: Any) -> tuple[int, int]:
+    """Blocks one request of ``max_model_len`` needs, ``(gpu, host)``, as vLLM's own
+    maximum-concurrency figure counts them: per KV cache group, the group's maximum
+    memory per request over its page size, summed over the groups of each pool
+    (host-resident groups draw from the HiSparse host pool). ``(0, 0)`` when vLLM's
+    specs cannot say."""
+    gpu = host = 0
+    for group in getattr(kv_cache_config, "kv_cache_groups", ()):
+        spec = group.kv_cache_spec
+        try:
+            needed = -(-int(spec.max_memory_usage_bytes(vllm_config)) //
+                       int(spec.page_size_bytes))
+        except Exception:  # a spec kvobs cannot read: no engine figure, tokens are used
+            return 0, 0
+        if getattr(group, "host_resident", False):
+            host += needed
+        else:
+            gpu += needed
+    return gpu, host
 
 
 def readable_kv_cache_config(kv_cache_config: Any) -> bool:

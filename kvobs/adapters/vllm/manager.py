@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterError, Instrumentation, class_names
+from kvobs.adapters._hooks import AdapterError, Instrumentation, class_names, warn_once
 from kvobs.adapters.vllm.block_pool import instrument_block_pool
 from kvobs.adapters.vllm.capacity import (
     gpu_tier_capacity,
@@ -22,6 +22,7 @@ from kvobs.adapters.vllm.capacity import (
     readable_kv_cache_config,
 )
 from kvobs.adapters.vllm.connector import instrument_connector_scheduler
+from kvobs.adapters.vllm.hisparse import hisparse_coordinator, instrument_hisparse
 from kvobs.adapters.vllm.lookups import COMPONENT as LOOKUPS
 from kvobs.adapters.vllm.lookups import (
     ExternalHits,
@@ -32,6 +33,7 @@ from kvobs.adapters.vllm.lookups import (
 from kvobs.adapters.vllm.offloading import COMPONENT as HOST_COMPONENT
 from kvobs.adapters.vllm.offloading import OffloadingInstrumentation, instrument_offloading_manager
 from kvobs.adapters.vllm.steps import instrument_steps
+from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
 
 
@@ -100,13 +102,27 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
     return result
 
 
+def _attach_hisparse(scheduler: Any, rec: Recorder, result: VllmInstrumentation) -> None:
+    """The HiSparse host pool, page transfers and hot buffers; a HiSparse whose objects
+    kvobs cannot read leaves them uninstrumented with one warning naming what was
+    missing (the GPU tier and lookups stay instrumented)."""
+    try:
+        result.parts.extend(instrument_hisparse(scheduler, rec))
+    except (AttributeError, TypeError, ConfigError) as exc:
+        warn_once("vllm.hisparse", "kvobs_instrument_partial", component="vllm.hisparse",
+                  missing=str(exc), effect="no HiSparse host tier, page transfers or hot "
+                  "buffers; the GPU tier and lookups are instrumented")
+
+
 def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
                          offloading_spec: Any = None) -> VllmInstrumentation:
     """Instrument everything a vLLM v1 ``Scheduler`` holds that kvobs knows.
 
     Finds ``scheduler.kv_cache_manager`` and, when the KV connector is the offloading
     connector, its scheduler side (``OffloadingConnectorScheduler``: its transfers), its
-    ``CPUOffloadingManager`` (the host tier) and chunk size. With vLLM's tiering
+    ``CPUOffloadingManager`` (the host tier) and chunk size; with vLLM HiSparse, its host
+    pool (a primary host tier), page transfers and hot buffers
+    (:mod:`kvobs.adapters.vllm.hisparse`). With vLLM's tiering
     (``TieringOffloadingManager``) the host tier is its ``primary_tier`` (a
     ``CPUPrimaryTierOffloadingManager``); the secondary tiers are instrumented by
     :func:`~kvobs.adapters.vllm.tiering.instrument_tiering` (the plugin does both).
@@ -130,6 +146,8 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
     result = instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
                                          offloading_manager=offloading,
                                          host_block_tokens=tokens, host_block_bytes=chunk_bytes)
+    if hisparse_coordinator(scheduler) is not None:
+        _attach_hisparse(scheduler, rec, result)
     if steps:
         with ExitStack() as undo:
             undo.callback(result.unwrap)
@@ -151,3 +169,15 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
                     host.host_hits = None
             undo.pop_all()
     return result
+
+
+def _attach_hisparse(scheduler: Any, rec: Recorder, result: VllmInstrumentation) -> None:
+    """The HiSparse host pool, page transfers and hot buffers; a HiSparse whose objects
+    kvobs cannot read leaves them uninstrumented with one warning naming what was
+    missing (the GPU tier and lookups stay instrumented)."""
+    try:
+        result.parts.extend(instrument_hisparse(scheduler, rec))
+    except (AttributeError, TypeError, ConfigError) as exc:
+        warn_once("vllm.hisparse", "kvobs_instrument_partial", component="vllm.hisparse",
+                  missing=str(exc), effect="no HiSparse host tier, page transfers or hot "
+                  "buffers; the GPU tier and lookups are instrumented")

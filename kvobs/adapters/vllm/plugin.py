@@ -44,11 +44,13 @@ Settings: ``KVOBS_METRICS_ADDR`` (base ``HOST:PORT``, default ``127.0.0.1:9464``
 = any free port; empty = no endpoint), ``KVOBS_OTLP_ENDPOINT`` (push as well; default
 ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``KVOBS_SUMMARY_INTERVAL_S`` (default 60; 0 = off),
 ``KVOBS_MODEL`` (the ``model`` label; default: the served model), ``KVOBS_LOG_FORMAT``
-(``json`` / ``console``: how kvobs's own structlog events are rendered; default: as
-structlog is configured in the process), ``KVOBS_TRACE_OUT``
+(``json``: each kvobs event's message is a JSON object; default ``event key=value``;
+either way through the standard ``logging`` module under ``kvobs.vllm``, with vLLM's
+handlers and format unless the ``kvobs`` logger is configured), ``KVOBS_TRACE_OUT``
 (trace the prefix lookups' block hashes for ``kvobs whatif``; ``KVOBS_TRACE_MAX_BYTES``
 bounds the file, default 256 MiB), ``KVOBS_PREFILL_SECONDS_PER_TOKEN`` (a configured
-prefill cost until kvobs measures one). Without
+prefill cost until kvobs measures one); a value that does not parse is ignored with one
+``kvobs_setting_ignored`` warning naming it (:mod:`kvobs.telemetry.settings`). Without
 ``KVOBS_ENABLE`` the plugin does nothing. kvobs never raises into vLLM: a failure
 while enabling or instrumenting is logged (``kvobs_enable_failed``,
 ``kvobs_instrument_failed``) and vLLM goes on uninstrumented.
@@ -79,22 +81,20 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
-
-import structlog
 
 from kvobs.adapters import _plugin
 from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_scheduler
 from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
 from kvobs.recorder import LinkRecorder, Recorder
-from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
+from kvobs.telemetry.logs import get_logger
+from kvobs.telemetry.settings import TelemetrySettings
 
-_log = structlog.get_logger("kvobs.vllm")
+_log = get_logger("kvobs.vllm")
 DEFAULT_ADDR = _plugin.DEFAULT_ADDR
 HOOK_FLAG = "_kvobs_scheduler_hook"
 WORKER_HOOK_FLAG = "_kvobs_worker_hook"
@@ -129,8 +129,10 @@ class _Enabled:
         """The process's recorder; the first call creates it and starts telemetry."""
         if self.recorder is None:
             rec = Recorder(engine="vllm", model=model, labels=labels)
-            self.telemetry = _plugin.start_telemetry(rec, _log, port_offset)
-            _open_trace(rec, labels)
+            settings = _plugin.settings(_log)
+            self.telemetry = _plugin.start_telemetry(rec, _log, port_offset, config=settings,
+                                                     host_logger="vllm")
+            _open_trace(rec, labels, settings)
             self.recorder = rec
         return self.recorder
 
@@ -199,21 +201,16 @@ class _Enabled:
 _STATE = _Enabled()
 
 
-def _open_trace(rec: Recorder, labels: dict[str, str]) -> None:
+def _open_trace(rec: Recorder, labels: dict[str, str], settings: TelemetrySettings) -> None:
     """``KVOBS_TRACE_OUT=PATH``: trace the prefix lookups for ``kvobs whatif`` (hashes only;
     ``KVOBS_TRACE_MAX_BYTES``, default 256 MiB). Ranks above 0 append ``.dp<rank>``;
     worker processes, which look nothing up, write no trace."""
-    path = os.environ.get("KVOBS_TRACE_OUT", "").strip()
+    path = settings.trace_out
     if not path or "tp_rank" in labels:
         return
     if labels.get("dp_rank", "0") != "0":
         path = f"{path}.dp{labels['dp_rank']}"
-    raw = os.environ.get("KVOBS_TRACE_MAX_BYTES", "").strip()
-    limit = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_TRACE_BYTES
-    if raw and str(limit) != raw:
-        _log.warning("invalid_environment_variable", variable="KVOBS_TRACE_MAX_BYTES",
-                     value=raw, action=f"using {limit} bytes: pass a positive integer")
-    writer = rec.open_trace(path, limit)
+    writer = rec.open_trace(path, settings.trace_max_bytes)
     _log.info("kvobs_tracing_lookups", path=path, max_bytes=writer.max_bytes, **labels)
 
 
@@ -355,9 +352,24 @@ def _log_capacity(scheduler: Any, rec: Recorder) -> None:
     plan = CapacityPlan.from_recorder(rec, request_tokens=request_tokens,
                                       bytes_per_token=per_token)
     _log.info("kv_cache_capacity", engine="vllm", **plan.as_event(), **rec.labels,
-              note="the GPU tier bounds running requests; the host and disk tiers keep "
-                   "reusable prefixes that are onloaded before use")
+              note=_capacity_note(plan))
     _vllm_logger().info("%s", capacity_line(plan))
+
+
+def _capacity_note(plan: Any) -> str:
+    """What the tiers mean for requests, in words, from their roles."""
+    from kvobs.tiers import CACHE, PRIMARY
+
+    primary = [t.tier for t in plan.tiers if t.role == PRIMARY]
+    caches = [t.tier for t in plan.tiers if t.role == CACHE]
+    note = (f"running requests need blocks in the {' and '.join(primary)} tier"
+            f"{'s' if len(primary) > 1 else ''} (the smaller limit, {plan.bounded_by}, "
+            "bounds concurrency)" if len(primary) > 1 else
+            f"the {primary[0].upper() if primary else 'GPU'} tier bounds running requests")
+    if caches:
+        note += f"; the {' and '.join(caches)} tier{'s' if len(caches) > 1 else ''} keep" \
+                f"{'' if len(caches) > 1 else 's'} reusable prefixes that are onloaded before use"
+    return note
 
 
 def _vllm_logger() -> logging.Logger:
