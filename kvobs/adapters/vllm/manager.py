@@ -101,19 +101,6 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
         undo.pop_all()
     return result
 
-
-def _attach_hisparse(scheduler: Any, rec: Recorder, result: VllmInstrumentation) -> None:
-    """The HiSparse host pool, page transfers and hot buffers; a HiSparse whose objects
-    kvobs cannot read leaves them uninstrumented with one warning naming what was
-    missing (the GPU tier and lookups stay instrumented)."""
-    try:
-        result.parts.extend(instrument_hisparse(scheduler, rec))
-    except (AttributeError, TypeError, ConfigError) as exc:
-        warn_once("vllm.hisparse", "kvobs_instrument_partial", component="vllm.hisparse",
-                  missing=str(exc), effect="no HiSparse host tier, page transfers or hot "
-                  "buffers; the GPU tier and lookups are instrumented")
-
-
 def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
                          offloading_spec: Any = None) -> VllmInstrumentation:
     """Instrument everything a vLLM v1 ``Scheduler`` holds that kvobs knows.
