@@ -101,6 +101,7 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
         undo.pop_all()
     return result
 
+
 def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
                          offloading_spec: Any = None) -> VllmInstrumentation:
     """Instrument everything a vLLM v1 ``Scheduler`` holds that kvobs knows.
