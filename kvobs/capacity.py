@@ -116,10 +116,13 @@ class CapacityPlan:
 
     @classmethod
     def from_blocks(
-        cls, layout: KVLayout, blocks: Mapping[str, int], request_tokens: int = 8192
+        cls, layout: KVLayout, blocks: Mapping[str, int], request_tokens: int = 8192,
+        roles: Mapping[str, str] | None = None,
     ) -> CapacityPlan:
-        """Plan from block counts per tier (what an engine reports after start-up)."""
-        return cls(layout.name, _tiers(layout, blocks.items()), request_tokens,
+        """Plan from block counts per tier (what an engine reports after start-up);
+        ``roles`` overrides a tier's default role (``{"host": "primary"}`` for an engine
+        whose host pool is its primary store)."""
+        return cls(layout.name, _tiers(layout, blocks.items(), roles or {}), request_tokens,
                    layout.bytes_per_token)
 
     @classmethod
@@ -143,7 +146,8 @@ class CapacityPlan:
 
     @classmethod
     def from_bytes(
-        cls, layout: KVLayout, sizes: Mapping[str, float], request_tokens: int = 8192
+        cls, layout: KVLayout, sizes: Mapping[str, float], request_tokens: int = 8192,
+        roles: Mapping[str, str] | None = None,
     ) -> CapacityPlan:
         """Plan from bytes per tier: each tier holds ``floor(bytes / block_bytes)`` blocks."""
         counts = {}
@@ -153,7 +157,7 @@ class CapacityPlan:
                     f"{tier} tier size must be a non-negative number of bytes, got {size!r}"
                 )
             counts[tier] = int(size // layout.bytes_per_block)
-        return cls.from_blocks(layout, counts, request_tokens)
+        return cls.from_blocks(layout, counts, request_tokens, roles)
 
     def tier(self, name: str) -> TierCapacity:
         """The capacity of tier ``name``; ConfigError if the plan has no such tier."""
@@ -258,8 +262,10 @@ class CapacityPlan:
         return text
 
 
-def _tiers(layout: KVLayout, counts: Iterable[tuple[str, int]]) -> tuple[TierCapacity, ...]:
+def _tiers(layout: KVLayout, counts: Iterable[tuple[str, int]],
+           roles: Mapping[str, str]) -> tuple[TierCapacity, ...]:
     return tuple(
-        TierCapacity(validate_tier_name(tier), blocks, layout.block_tokens, layout.bytes_per_block)
+        TierCapacity(validate_tier_name(tier), blocks, layout.block_tokens, layout.bytes_per_block,
+                     roles.get(tier, ""))
         for tier, blocks in counts
     )

@@ -16,6 +16,8 @@ Usage (about 20-60 s per mutant; ``make mutants`` runs every engine)::
     python scripts/mutation_check.py                        # every engine's mutants
     python scripts/mutation_check.py --engine sglang        # one engine's
     python scripts/mutation_check.py --only reuse           # ids containing "reuse"
+    python scripts/mutation_check.py --only hisparse \
+        --suite .venv-vllm/bin/python:tests/engines/vllm033/test_vllm_hisparse.py
     python scripts/mutation_check.py --list
 
 Exit status 1 when a mutant survived (or a suite failed without any mutant).
@@ -99,8 +101,14 @@ def main() -> int:
     parser.add_argument("--only", default="", help="run mutants whose id contains this")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per suite run")
+    parser.add_argument("--suite", action="append", metavar="PYTHON:PATH",
+                        help="judge by this suite instead of the engine's (repeatable; a "
+                             "quicker check of mutants one test file kills)")
     args = parser.parse_args()
-    plan = [(m, module.SUITES) for module in map(engine_module, args.engine or ENGINES)
+    chosen = tuple(tuple(s.split(":", 1)) for s in args.suite or ())
+    if any(len(pair) != 2 for pair in chosen):
+        parser.error("--suite: give PYTHON:PATH, e.g. .venv-vllm/bin/python:tests/engines/vllm033")
+    plan = [(m, chosen or module.SUITES) for module in map(engine_module, args.engine or ENGINES)
             for m in module.mutants() if args.only in m.id]
     if args.list:
         print("\n".join(f"{m.id:45} {m.path}" for m, _suites in plan))

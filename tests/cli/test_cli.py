@@ -121,6 +121,17 @@ def test_capacity_json():
     assert plan["tiers"]["gpu"]["blocks"] == 8192
     assert plan["tiers"]["host"]["tokens"] == 983040
     assert plan["max_concurrency"] == 4.0
+    assert plan["bounded_by"] == "gpu" and plan["tiers"]["host"]["role"] == "cache"
+
+
+def test_capacity_with_a_primary_host_pool_names_the_tier_that_bounds_concurrency():
+    result = run("capacity", "--model", "llama-3-8b", "--gpu-kv-gib", "16",
+                 "--host-pool-gib", "8", "--request-tokens", "32768", "--host-role", "primary")
+    assert result.returncode == 0, result.stderr
+    assert "2.00x (bounded by the host tier; gpu 4.00x, host 2.00x)" in result.stdout
+    assert "host pool is a primary store" in result.stdout
+    bad = run("capacity", "--gpu-kv-gib", "16", "--host-role", "store")
+    assert bad.returncode == 2 and "--host-role" in bad.stderr
 
 
 def test_capacity_table_from_config_file(tmp_path):

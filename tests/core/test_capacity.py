@@ -77,3 +77,29 @@ def test_describe_has_a_host_line():
 def test_bad_capacity_input(call, message):
     with pytest.raises(ConfigError, match=message):
         call()
+
+
+def test_a_primary_host_pool_bounds_concurrency_when_it_is_the_smaller_limit():
+    """vLLM HiSparse: the host pool is the primary store; the concurrency is the smaller
+    of the two pools' limits (vLLM's "GPU + host KV cache size"), never their sum."""
+    plan = CapacityPlan.from_blocks(LLAMA, {"gpu": 8192, "host": 4096}, request_tokens=32768,
+                                    roles={"host": "primary"})
+    assert plan.tier("host").role == "primary" and plan.bounded_by == "host"
+    assert plan.max_concurrency == 4096 * 16 / 32768 == 2.0
+    assert plan.concurrency("gpu") == 4.0
+    line = capacity_line(plan)
+    assert "max concurrency 2.00x" in line and "bounded by the host tier; gpu 4.00x, host 2.00x" \
+        in line and "primary store" in line and "keeps prefixes" not in line
+    bigger = CapacityPlan.from_blocks(LLAMA, {"gpu": 8192, "host": 61728}, request_tokens=32768,
+                                      roles={"host": "primary"})
+    assert bigger.bounded_by == "gpu" and bigger.max_concurrency == 4.0
+
+
+def test_engine_block_counts_per_request_win_over_tokens():
+    """Where the engine says how many blocks a request needs in a tier (vLLM sums them
+    over its KV cache groups), the concurrency uses that."""
+    plan = CapacityPlan("m", (TierCapacity("gpu", 149, 64, 1024, request_blocks=50),
+                              TierCapacity("host", 28, 64, 4096, "primary", 16)), 1024)
+    assert (plan.concurrency("gpu"), plan.concurrency("host")) == (149 / 50, 28 / 16)
+    with pytest.raises(ConfigError, match="role must be one of primary, cache"):
+        TierCapacity("host", 1, 1, 1, role="store")
