@@ -66,6 +66,7 @@ def test_capacity_is_vllms_and_the_host_pool_bounds_concurrency(tmp_path):
     pages = MAX_MODEL_LEN // BLOCK
     assert concurrency == 29 / pages  # vLLM counts the null block; kvobs does not
     assert plan.max_concurrency == pytest.approx(concurrency * 28 / 29)
+    assert plan.max_concurrency * MAX_MODEL_LEN == pytest.approx(tokens * 28 / 29, abs=1)
     assert plan.concurrency("gpu") > plan.max_concurrency
     event = plan.as_event()
     assert event["tiers"]["host"]["role"] == "primary" and event["bounded_by"] == "host"
