@@ -14,13 +14,24 @@ from collections.abc import Sequence
 from kvobs import __version__
 from kvobs.cli import capacity_cmd, dashboards_cmd, demo_cmd, report_cmd, top_cmd, whatif_cmd
 from kvobs.cli.options import Parser
-from kvobs.errors import KvobsError
+from kvobs.errors import ConfigError, KvobsError
 
 SUBCOMMANDS = [demo_cmd, top_cmd, capacity_cmd, whatif_cmd, dashboards_cmd, report_cmd]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand registered."""
+def build_parser(env_errors: dict[str, ConfigError] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered.
+
+    A subcommand reads its flags' ``KVOBS_*`` twins as it registers; one that holds a bad
+    value raises :class:`ConfigError`. With ``env_errors`` given, that error is kept there
+    under the subcommand's name instead, so a variable meant for one subcommand never
+    stops another (``main`` raises it when that subcommand runs).
+
+    Example:
+        >>> errors: dict[str, ConfigError] = {}
+        >>> build_parser(errors).parse_args(["capacity", "--gpu-kv-gib", "16"]).command
+        'capacity'
+    """
     parser = Parser(
         prog="kvobs",
         description="Observability for tiered KV caches: GPU, host and disk tiers.",
@@ -28,14 +39,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvobs {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMANDS:
-        module.register(subparsers)
+        before = set(subparsers.choices)
+        try:
+            module.register(subparsers)
+        except ConfigError as exc:
+            if env_errors is None:
+                raise
+            (name,) = set(subparsers.choices) - before
+            env_errors[name] = exc
     return parser
+
+
+def _subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not a flag)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvobs`` console script."""
     try:
-        args = build_parser().parse_args(argv)
+        env_errors: dict[str, ConfigError] = {}
+        parser = build_parser(env_errors)
+        chosen = _subcommand(sys.argv[1:] if argv is None else argv)
+        if chosen in env_errors:  # checked before parsing, as every env value is
+            raise env_errors[chosen]
+        args = parser.parse_args(argv)
         return int(args.handler(args) or 0)
     except KvobsError as exc:
         print(f"kvobs: error: {exc}", file=sys.stderr)

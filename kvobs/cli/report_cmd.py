@@ -14,19 +14,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import re
 import sys
 from typing import Any
 
-from kvobs.cli.options import (
-    add_option,
-    at_most,
-    env_name,
-    http_url,
-    output_file,
-    positive_float,
-)
+from kvobs.cli.http_timeout import add_http_timeout
+from kvobs.cli.options import add_option, http_url, output_file
 from kvobs.dashboards.variables import FILTERS
 from kvobs.errors import ConfigError
 
@@ -92,48 +85,36 @@ def register(subparsers: Any) -> None:
         default="1m",
         help="window of rate() in the panel queries ($__rate_interval)",
     )
-    add_option(
-        parser,
-        "--timeout",
-        type=at_most(positive_float, 3600.0),
-        default=10.0,
-        help="seconds to wait for each Prometheus answer",
-    )
+    add_http_timeout(parser, default=10.0, default_text="each Prometheus query")
     for name, _label, help_ in FILTERS:
-        renamed = (" (its variable was KVOBS_MODEL, now only the model preset of the other "
-                   "subcommands)" if name == "model" else "")
-        add_option(parser, f"--{name}", default=None, env=filter_env(name),
-                   help=f"regex on the {name} label: {help_}{renamed}")
+        preset = (" (KVOBS_MODEL is the model preset of capacity, demo and whatif, never "
+                  "this filter)" if name == "model" else "")
+        add_option(parser, f"--{name}", type=label_regex, default=None, env=filter_env(name),
+                   help=f"regex on the {name} label: {help_}{preset}")
     parser.set_defaults(handler=run)
 
 
 def filter_env(name: str) -> str:
     """The environment twin of label filter ``name``: ``KVOBS_REPORT_MODEL``.
 
-    These were ``KVOBS_<LABEL>``, but ``KVOBS_MODEL`` also names the
-    model preset of ``capacity``, ``demo`` and ``whatif``: one variable, two meanings.
+    Not ``KVOBS_<LABEL>``: ``KVOBS_MODEL`` is the model preset of ``capacity``, ``demo``
+    and ``whatif``, and one variable has one meaning.
     """
     return f"KVOBS_REPORT_{name.upper()}"
 
 
-def _legacy_filters(args: argparse.Namespace) -> None:
-    """Honour the old ``KVOBS_<LABEL>`` filter variables for now, with a warning.
+def label_regex(text: str) -> str:
+    """argparse type: a label filter regex, checked here rather than by Prometheus.
 
-    ``KVOBS_MODEL`` holding a preset name (``llama-3-8b``) is the preset of the other
-    subcommands, not a regex meant for this one: it is left alone.
+    Python's ``re`` stands in for Prometheus's RE2: what it cannot compile (an unclosed
+    group or class) Prometheus refuses too.
     """
-    from kvobs.presets import PRESETS
-
-    for name, _label, _help in FILTERS:
-        old = env_name(f"--{name}")
-        value = os.environ.get(old, "")
-        if getattr(args, name) is not None or not value or filter_env(name) in os.environ:
-            continue
-        if name == "model" and value in PRESETS:
-            continue
-        print(f"kvobs: warning: {old} as the report's --{name} filter is deprecated: set "
-              f"{filter_env(name)}={value!r} instead", file=sys.stderr)
-        setattr(args, name, value)
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a regex ({exc}): e.g. 'llama.*' or 'a|b'") from None
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,7 +138,6 @@ def run(args: argparse.Namespace) -> int:
         )
     from kvobs.report import build_report
 
-    _legacy_filters(args)
     filters = {
         name: getattr(args, name) for name, _l, _h in FILTERS if getattr(args, name) is not None
     }

@@ -11,6 +11,7 @@ import argparse
 import os
 from typing import Any
 
+from kvobs.cli.http_timeout import add_http_timeout
 from kvobs.cli.options import add_flag, add_option, at_most, env_name, http_url, positive_float
 from kvobs.errors import ConfigError
 
@@ -51,13 +52,8 @@ def register(subparsers: Any) -> None:
         default=1.0,
         help="seconds between refreshes (rates are over this interval)",
     )
-    add_option(
-        parser,
-        "--timeout",
-        type=at_most(positive_float, 60.0),
-        default=None,
-        help="seconds to wait for each endpoint (default: the interval, at most 2)",
-    )
+    add_http_timeout(parser, default=None,
+                     default_text="each endpoint's /metrics; default the interval, at most 2")
     add_flag(parser, "--once", help="print one frame (after two scrapes) and exit")
     parser.set_defaults(handler=run)
 

@@ -2,7 +2,8 @@
 
 Each test runs ``kvobs`` in a subprocess, as a person would: the shipped dashboards and
 rules written with ``--out``, a report PNG with the user's umask, ``KVOBS_MODEL`` (the
-model preset) never read as the report's label filter, and ``top --once`` printing no
+model preset) never read as the report's label filter, ``KVOBS_TIMEOUT`` with one meaning,
+a bad variable stopping only the subcommand it belongs to, and ``top --once`` printing no
 key help. ``kvobs report`` talks to a stand-in Prometheus that answers every query with
 one series and records the queries it was asked.
 """
@@ -128,9 +129,8 @@ def test_report_out_in_a_missing_directory_creates_nothing(
     ({"KVOBS_MODEL": "llama-3-8b"}, 'model=~".*"', ""),  # the preset of capacity: ignored
     ({"KVOBS_REPORT_MODEL": "meta-llama/.*"}, 'model=~"meta-llama/.*"', ""),
     ({"KVOBS_REPORT_MODEL": "qwen.*", "KVOBS_MODEL": "llama-3-8b"}, 'model=~"qwen.*"', ""),
-    ({"KVOBS_MODEL": "meta-llama/.*"}, 'model=~"meta-llama/.*"',  # the old meaning, warned
-     "kvobs: warning: KVOBS_MODEL as the report's --model filter is deprecated: set "
-     "KVOBS_REPORT_MODEL='meta-llama/.*' instead"),
+    ({"KVOBS_MODEL": "meta-llama/.*"}, 'model=~".*"', ""),  # never the filter, whatever it holds
+    ({"KVOBS_JOB": "vllm"}, 'job=~".*"', ""),  # the filters are KVOBS_REPORT_* only
 ])
 def test_kvobs_model_is_the_preset_not_the_report_filter(
         prometheus: tuple[str, list[str]], tmp_path: Path, env: dict[str, str], matcher: str,
@@ -139,13 +139,59 @@ def test_kvobs_model_is_the_preset_not_the_report_filter(
     result = kvobs("report", "--prometheus", url, "--out", str(tmp_path / "r.png"), env=env)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == warning
-    assert queries and all(matcher in q for q in queries if "model=~" in q), queries[:3]
+    label = matcher.split("=~", 1)[0]
+    assert queries and all(matcher in q for q in queries if f"{label}=~" in q), queries[:3]
 
 
-def test_report_help_names_the_renamed_variable() -> None:
+def test_report_help_names_the_filter_variables() -> None:
     result = kvobs("report", "--help", env={"COLUMNS": "200"})
     assert "KVOBS_REPORT_MODEL" in result.stdout
-    assert "its variable was KVOBS_MODEL, now only the model preset" in result.stdout
+    assert "KVOBS_MODEL is the model preset of capacity, demo and whatif" in result.stdout
+
+
+def test_a_report_filter_that_is_no_regex_is_one_line(
+        prometheus: tuple[str, list[str]], tmp_path: Path) -> None:
+    url, queries = prometheus
+    result = kvobs("report", "--prometheus", url, "--out", str(tmp_path / "r.png"),
+                   env={"KVOBS_REPORT_MODEL": "llama-(3"})
+    assert result.returncode == 2 and not queries, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("kvobs: error: environment variable KVOBS_REPORT_MODEL='llama-(3' "
+                           "is invalid: 'llama-(3' is not a regex"), line
+
+
+@pytest.mark.parametrize("seconds", ["120", "600"])
+def test_kvobs_timeout_means_the_same_in_top_and_report(
+        prometheus: tuple[str, list[str]], tmp_path: Path, seconds: str) -> None:
+    url, _queries = prometheus
+    env = {"KVOBS_TIMEOUT": seconds}
+    report = kvobs("report", "--prometheus", url, "--out", str(tmp_path / "r.png"), env=env)
+    assert report.returncode == 0, report.stderr
+    top = kvobs("top", "--once", "--url", "http://127.0.0.1:1/metrics", env=env)
+    assert top.returncode == 1 and top.stderr == "", top.stderr  # unreachable, not refused
+    for command in ("top", "report"):
+        shown = kvobs(command, "--help", env={**env, "COLUMNS": "200"}).stdout
+        assert "seconds to wait for each HTTP answer (at most 600)" in shown
+        assert f"[env KVOBS_TIMEOUT; default {float(seconds)}]" in shown
+
+
+def test_kvobs_timeout_beyond_its_limit_is_one_line_in_both() -> None:
+    for args in (["top", "--once"], ["report", "--out", "r.png"]):
+        result = kvobs(*args, env={"KVOBS_TIMEOUT": "601"})
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+            "kvobs: error: environment variable KVOBS_TIMEOUT='601' is invalid: 601 is too "
+            "large: use at most 600"], result.stderr
+
+
+@pytest.mark.parametrize(("env", "other"), [
+    ({"KVOBS_GPU_BLOCKS": "many"}, ["capacity", "--model", "llama-3-8b", "--gpu-kv-gib", "1"]),
+    ({"KVOBS_REPORT_JOB": "(("}, ["top", "--once", "--url", "http://127.0.0.1:1/metrics"]),
+    ({"KVOBS_INTERVAL": "0"}, ["report", "--help"]),
+])
+def test_a_variable_of_one_subcommand_never_stops_another(
+        env: dict[str, str], other: list[str]) -> None:
+    result = kvobs(*other, env=env)
+    assert "error" not in result.stderr and result.returncode in (0, 1), result.stderr
 
 
 def test_top_once_prints_no_key_help() -> None:
