@@ -168,6 +168,17 @@ METRICS: tuple[MetricSpec, ...] = (
         "Prompt tokens looked up, by where they were found: gpu_hit, host_hit (needs an "
         "onload), disk_hit, or miss (needs recompute). The outcomes sum to all looked-up tokens.",
     ),
+    _c("kvobs_preempted_lookups_total", "{lookup}", (),
+       "Prefix-cache lookups of preempted requests at their re-admission (vLLM), left out of "
+       "kvobs_lookups_total as vLLM's prefix-cache hit rate leaves them out."),
+    _c(
+        "kvobs_preempted_lookup_tokens_total",
+        "{token}",
+        ("outcome",),
+        "Prompt tokens of those re-lookups, by where they were found (the outcomes of "
+        "kvobs_lookup_tokens_total). Their host and disk hits spare a recompute: they count "
+        "in kvobs_prefill_saved_seconds_total.",
+    ),
     _c(
         "kvobs_transfer_operations_total",
         "{operation}",
@@ -278,6 +289,15 @@ METRICS: tuple[MetricSpec, ...] = (
         (),
         "Configured cache size (all tiers, in lookup blocks) the reuse buckets are "
         "multiples of (1/8x to 16x).",
+    ),
+    _c(
+        "kvobs_reuse_forgotten_blocks_total",
+        "{block}",
+        (),
+        "Sampled blocks the reuse-distance profile forgot to stay within its memory bound "
+        "(least recently used first): their next references count as beyond every bucket. "
+        "With the default rate they are beyond 16x the capacity anyway; with a rate set by "
+        "hand, a rising count means the larger sizes read low.",
     ),
     MetricSpec(
         "kvobs_block_residency_seconds",

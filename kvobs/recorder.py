@@ -359,6 +359,9 @@ class Recorder:
         self.prefill_cost = PrefillCost()
         self.host_saved_s = 0.0
         self.disk_saved_s = 0.0
+        #: re-lookups of preempted requests (vLLM), apart from the lookups; None until an
+        #: adapter that tells them apart calls :meth:`track_relookups`
+        self.relookups: list[int] | None = None  # [lookups, tokens, gpu, host, disk hits]
         self.profile_reuse = profile_reuse
         self.reuse: ReuseProfile | None = None
         self.trace: TraceWriter | None = None
@@ -485,6 +488,39 @@ class Recorder:
         if self.trace is not None:
             self.trace.write(keys, written=True)
 
+    def track_relookups(self) -> None:
+        """Export re-lookups of preempted requests (:meth:`relookup`), from 0."""
+        if self.relookups is None:
+            self.relookups = [0, 0, 0, 0, 0]
+
+    def relookup(self, tokens: int, gpu_hit: int = 0, host_hit: int = 0,
+                 disk_hit: int = 0) -> None:
+        """A preempted request looked its prompt up again at re-admission.
+
+        Counted apart from :meth:`lookup` (vLLM's prefix-cache hit rate leaves these
+        out, and so do ``kvobs_lookup_tokens_total`` and the reuse profile); its host and
+        disk hits spare a recompute all the same, so they count as saved prefill.
+
+        Example:
+            >>> rec = Recorder()
+            >>> rec.relookup(64, gpu_hit=16, host_hit=32)
+            >>> rec.snapshot().relookups.outcomes()["host_hit"], rec.snapshot().lookups.tokens
+            (32, 0)
+        """
+        self.track_relookups()
+        tally = self.relookups
+        assert tally is not None
+        hits = gpu_hit + host_hit + disk_hit
+        tally[0] += 1
+        tally[1] += max(tokens, hits)
+        tally[2] += gpu_hit
+        tally[3] += host_hit
+        tally[4] += disk_hit
+        cost = self.prefill_cost.seconds_per_token
+        if cost:
+            self.host_saved_s += host_hit * cost
+            self.disk_saved_s += disk_hit * cost
+
     def open_trace(self, path: str, max_bytes: int = DEFAULT_TRACE_BYTES,
                    clock: Callable[[], float] = time.time) -> TraceWriter:
         """Write every keyed lookup to ``path`` as JSONL (hashes only) for ``kvobs whatif``,
@@ -570,13 +606,15 @@ class Recorder:
             self.host_hit_tokens,
             self.disk_hit_tokens,
         )
+        relookups = None if self.relookups is None else LookupSnapshot(*self.relookups)
         links = self.links
         cost = self.prefill_cost
         benefit = BenefitSnapshot(self.host_saved_s, self.disk_saved_s,
                                   cost.seconds_per_token, cost.source, cost.relative_error)
         profile = self.reuse
         reuse = None if profile is None else ReuseSnapshot(
-            profile.capacity_blocks, profile.rate, profile.total, tuple(profile.cumulative()))
+            profile.capacity_blocks, profile.rate, profile.total, tuple(profile.cumulative()),
+            profile.forgotten)
         return RecorderSnapshot(
             self.engine,
             self.model,
@@ -588,6 +626,7 @@ class Recorder:
             sum(link.dropped_samples for link in links),
             benefit,
             reuse,
+            relookups,
         )
 
 

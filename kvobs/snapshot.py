@@ -119,6 +119,7 @@ class ReuseSnapshot:
     rate: float
     references: int
     cumulative: tuple[tuple[float, int], ...]  # (bound in blocks, sampled refs <= bound)
+    forgotten: int = 0  # sampled blocks dropped by the profile's memory bound
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ class RecorderSnapshot:
     dropped_samples: int
     benefit: BenefitSnapshot = BenefitSnapshot(0.0, 0.0, 0.0, "none")
     reuse: ReuseSnapshot | None = None
+    #: re-lookups of preempted requests (None: the adapter does not tell them apart)
+    relookups: LookupSnapshot | None = None
 
     def tier(self, name: str) -> TierSnapshot:
         """The snapshot of tier ``name`` (KeyError if absent)."""

@@ -60,6 +60,10 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
     add("kvobs_lookups_total", {}, snap.lookups.lookups)
     for outcome, tokens in snap.lookups.outcomes().items():
         add("kvobs_lookup_tokens_total", {"outcome": outcome}, tokens)
+    if snap.relookups is not None:
+        add("kvobs_preempted_lookups_total", {}, snap.relookups.lookups)
+        for outcome, tokens in snap.relookups.outcomes().items():
+            add("kvobs_preempted_lookup_tokens_total", {"outcome": outcome}, tokens)
 
     for link in snap.links:
         if not link.counts:  # a timing-only link exports its durations alone
@@ -87,6 +91,7 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
             add("kvobs_reuse_sampled_references_total", {"le": le}, count)
         add("kvobs_reuse_sample_rate", {}, reuse.rate)
         add("kvobs_reuse_capacity_blocks", {}, reuse.capacity_blocks)
+        add("kvobs_reuse_forgotten_blocks_total", {}, reuse.forgotten)
 
     add("kvobs_thrash_onloads_total", {}, snap.thrash.onloads_in_window)
     add("kvobs_offloaded_reused_blocks_total", {}, snap.thrash.offloaded_reused)

@@ -1,0 +1,42 @@
+"""A reuse profile that forgot blocks to stay within its memory bound says so on /metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import kvobs
+from kvobs.reuse import ReuseProfile
+
+
+def scrape(rec: kvobs.Recorder) -> dict[str, float]:
+    telemetry = kvobs.start_telemetry(rec, metrics_addr="127.0.0.1:0")
+    try:
+        page = urllib.request.urlopen(telemetry.metrics_url, timeout=10).read().decode()
+    finally:
+        telemetry.close()
+    values = {}
+    for line in page.splitlines():
+        if line.startswith("kvobs_reuse_"):
+            name, value = line.rsplit(" ", 1)
+            values[name.split("{")[0] + ("{" + name.split("{")[1] if "le=" in name else "")] \
+                = float(value)
+    return values
+
+
+def test_forgotten_blocks_are_an_exported_counter() -> None:
+    rec = kvobs.Recorder(engine="test", model="m")
+    rec.add_tier("gpu", 100, 16, 1024)
+    rec.reuse = ReuseProfile(100, rate=1.0, max_keys=50)  # a hand-set bound: 50 blocks
+    rec.lookup(16 * 1000, keys=list(range(1000)))
+    assert rec.reuse.forgotten == 950 and rec.reuse.tracked == 50
+    exported = scrape(rec)
+    assert exported["kvobs_reuse_forgotten_blocks_total"] == 950
+    assert exported["kvobs_reuse_references_total"] == 1000
+
+
+def test_a_default_profile_that_forgot_nothing_exports_zero() -> None:
+    rec = kvobs.Recorder(engine="test", model="m")
+    rec.add_tier("gpu", 100, 16, 1024)
+    rec.lookup(64, keys=[1, 2, 3, 4])
+    rec.written([5, 6])
+    assert scrape(rec)["kvobs_reuse_forgotten_blocks_total"] == 0
