@@ -169,3 +169,25 @@ def test_readme_prometheus_config_loads_the_rules_kvobs_writes(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "kvobs-alerts.rules.yaml" in done.stdout + done.stderr
+
+
+def _dockerfile_run_installing_torch() -> str:
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    (run,) = [line[len("RUN "):] for line in text.splitlines()
+              if line.startswith("RUN ") and "torch==" in line]
+    return run
+
+
+@pytest.mark.parametrize("index", [INDEX, ""])
+def test_the_demo_image_installs_torch_from_torch_index_url(index):
+    """The Dockerfile's torch RUN line, run by sh with pip and venv replaced by echo."""
+    args = re.findall(r"^ARG (\w+)", (REPO / "Dockerfile").read_text(), flags=re.M)
+    assert {"TORCH_INDEX_URL", "TORCH_VERSION"} <= set(args)
+    run = (_dockerfile_run_installing_torch()
+           .replace("python -m venv /opt/kvobs", "true").replace("/opt/kvobs/bin/pip", "echo"))
+    done = subprocess.run(["sh", "-c", run], capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], "TORCH_INDEX_URL": index,
+                               "TORCH_VERSION": "2.13.0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(TORCH_PIN), done.stdout
+    assert (f"--index-url {INDEX} " in done.stdout) == bool(index), done.stdout
