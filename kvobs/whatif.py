@@ -5,9 +5,11 @@ Two sources, one answer (the predicted LRU hit ratio of block references per siz
 * :func:`curve_from_trace` replays a JSONL trace (:mod:`kvobs.trace`) through a
   :class:`~kvobs.reuse.ReuseProfile`: exactly (every block tracked) up to
   ``exact_limit`` references, sampled beyond;
-* :func:`curve_from_prometheus` reads the ``kvobs_reuse_*`` counters of a running
-  fleet over a window, summed over every engine, and applies the same SHARDS-adj
-  correction; sizes between two exported bounds are interpolated linearly.
+* :func:`curves_from_prometheus` reads the ``kvobs_reuse_*`` counters of a running
+  fleet over a window and applies the same SHARDS-adj correction: one curve per
+  configured capacity, summed over the engines of that capacity only (their bucket
+  bounds are the same multiples of the same size); sizes between two exported bounds
+  are interpolated linearly.
 
 Tier questions read the curve at the hierarchy's effective size: a GPU + host hierarchy
 where the host keeps copies of GPU blocks (inclusive: vLLM CPU offloading, LMCache,
@@ -27,13 +29,12 @@ Example:
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from kvobs.errors import ConfigError
-from kvobs.reuse import ReuseProfile, adjusted_hit_ratio, default_rate
+from kvobs.reuse import ReuseProfile, adjusted_hit_ratio, default_rate, interpolate
 from kvobs.trace import read_trace
 
 #: Replays up to this many references exactly (rate 1); larger traces are sampled.
@@ -55,19 +56,14 @@ class Curve:
     source: str
     _profile: ReuseProfile | None = None
     _points: tuple[tuple[float, float], ...] = ()  # (bound blocks, hit ratio), sorted
+    capacity_blocks: float | None = None  # a fleet curve: its engines' configured capacity
+    engines: int = 1  # a fleet curve: how many engines it sums
 
     def hit_ratio(self, size_blocks: float) -> float:
         """Predicted hit ratio of block references for a cache of ``size_blocks``."""
         if self._profile is not None:
             return self._profile.hit_ratio(size_blocks)
-        points = self._points
-        if not points or size_blocks < points[0][0]:
-            return 0.0 if not points else points[0][1] * size_blocks / points[0][0]
-        i = bisect_right([b for b, _ in points], size_blocks) - 1
-        if i >= len(points) - 1:
-            return points[-1][1]
-        (b0, h0), (b1, h1) = points[i], points[i + 1]
-        return h0 + (h1 - h0) * (size_blocks - b0) / (b1 - b0)
+        return interpolate(self._points, size_blocks)
 
 
 def curve_from_trace(lines: IO[str], source: str = "trace",
@@ -92,36 +88,107 @@ def curve_from_trace(lines: IO[str], source: str = "trace",
     return Curve(float(total), exact, source, _profile=profile)
 
 
-def curve_from_prometheus(client: object, window: str = "1h", selector: str = "") -> Curve:
-    """The fleet's curve over the last ``window`` (PromQL duration), summed over engines.
+#: The series a fleet's curve is read from (all four are needed).
+PROFILE_SERIES = (
+    "kvobs_reuse_sampled_references_total",
+    "kvobs_reuse_references_total",
+    "kvobs_reuse_sample_rate",
+    "kvobs_reuse_capacity_blocks",
+)
 
+
+def curves_from_prometheus(client: object, window: str = "1h",
+                           selector: str = "") -> list[Curve]:
+    """The fleet's curves over the last ``window`` (PromQL duration): one per configured
+    capacity, each summed over the engines of that capacity, smallest capacity first.
+
+    Sums stay within one capacity: an engine's bucket bounds are multiples of its own
+    capacity, so ``le="4096"`` of one engine is not a bound of another. Within a capacity
+    each engine's sampled counts are scaled by its own rate before they are added (the
+    SHARDS-adj sum in references), so engines sampled at different rates add up too.
     ``client`` is a :class:`kvobs.report.prometheus_api.PrometheusClient`; ``selector``
     narrows the series (``engine="vllm",model="llama"``).
 
     Raises:
-        ConfigError: Prometheus has no reuse profile data for the selector and window.
+        ConfigError: Prometheus has none of the profile's series for the selector and
+            window, or lacks one of them (the message names it).
     """
     query = client.query  # type: ignore[attr-defined]
     where = f"{{{selector}}}" if selector else ""
-    sampled = query(f"sum by (le) (increase(kvobs_reuse_sampled_references_total{where}"
-                    f"[{window}]))")
-    expected = query(f"sum(increase(kvobs_reuse_references_total{where}[{window}]) "
-                     f"* on(engine, model) group_left() max by (engine, model) "
-                     f"(kvobs_reuse_sample_rate{where}))")
-    totals = query(f"sum(increase(kvobs_reuse_references_total{where}[{window}]))")
-    by_le = {s.labels.get("le", ""): s.samples[-1][1] for s in sampled if s.samples}
-    if "+Inf" not in by_le or not expected or not totals or not expected[0].samples:
-        scope = f" for {selector}" if selector else ""
+    sampled, references, rate, capacity = (
+        query(f"increase({PROFILE_SERIES[0]}{where}[{window}])"),
+        query(f"increase({PROFILE_SERIES[1]}{where}[{window}])"),
+        query(f"last_over_time({PROFILE_SERIES[2]}{where}[{window}])"),
+        query(f"last_over_time({PROFILE_SERIES[3]}{where}[{window}])"),
+    )
+    scope = f" for {selector}" if selector else ""
+    found = [bool(result) for result in (sampled, references, rate, capacity)]
+    if not any(found):
         raise ConfigError(f"no kvobs_reuse_* data in the last {window}{scope}: is a kvobs "
                           "engine with prefix lookups scraped by this Prometheus?")
-    all_sampled = by_le.pop("+Inf")
-    expected_sampled = expected[0].samples[-1][1]
-    references = totals[0].samples[-1][1]
-    rate = expected_sampled / references if references else 1.0
-    points = tuple(sorted(
-        (float(le), adjusted_hit_ratio(hits, all_sampled, references, rate))
-        for le, hits in by_le.items()))
-    return Curve(references, False, getattr(client, "base_url", "prometheus"), _points=points)
+    if not all(found):
+        missing = ", ".join(n for n, ok in zip(PROFILE_SERIES, found, strict=True) if not ok)
+        raise ConfigError(f"Prometheus has no {missing} in the last {window}{scope} (the "
+                          "other kvobs_reuse_* series are there): scrape a kvobs version that "
+                          "exports every reuse series, or widen --window")
+    engines: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for kind, result in (("references", references), ("rate", rate),
+                         ("capacity", capacity)):
+        for series in result:
+            if series.samples:
+                engines.setdefault(_identity(series.labels), {"sampled": {}})[kind] = \
+                    series.samples[-1][1]
+    for series in sampled:
+        engine = engines.get(_identity(series.labels))
+        le = series.labels.get("le")
+        if engine is not None and le is not None and series.samples:
+            engine["sampled"][le] = series.samples[-1][1]
+    groups: dict[float, list[dict[str, Any]]] = {}
+    for engine in engines.values():
+        if {"references", "rate", "capacity"} <= engine.keys() and "+Inf" in engine["sampled"] \
+                and engine["rate"] > 0:
+            groups.setdefault(engine["capacity"], []).append(engine)
+    if not groups:
+        raise ConfigError(f"no engine has every kvobs_reuse_* series in the last {window}"
+                          f"{scope}: is its /metrics scraped whole?")
+    source = getattr(client, "base_url", "prometheus")
+    return [_group_curve(members, capacity_blocks, source)
+            for capacity_blocks, members in sorted(groups.items())]
+
+
+def curve_from_prometheus(client: object, window: str = "1h", selector: str = "") -> Curve:
+    """The fleet's curve where every selected engine has one capacity (see
+    :func:`curves_from_prometheus`).
+
+    Raises:
+        ConfigError: no data, a missing series, or engines of several capacities (the
+            message lists them).
+    """
+    curves = curves_from_prometheus(client, window, selector)
+    if len(curves) > 1:
+        sizes = ", ".join(f"{c.capacity_blocks:,.0f}" for c in curves)
+        raise ConfigError(f"the selected engines have {len(curves)} capacities ({sizes} "
+                          "blocks): their curves do not add up; narrow --selector")
+    return curves[0]
+
+
+def _identity(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in ("le", "__name__")))
+
+
+def _group_curve(members: list[dict[str, Any]], capacity_blocks: float, source: str) -> Curve:
+    """SHARDS-adj over engines of one capacity, in references (each engine's sampled
+    counts divided by its rate)."""
+    references = sum(m["references"] for m in members)
+    every = sum(m["sampled"]["+Inf"] / m["rate"] for m in members)
+    bounds = sorted({le for m in members for le in m["sampled"] if le != "+Inf"}, key=float)
+    points = []
+    for le in bounds:
+        hits = sum(m["sampled"].get(le, 0.0) / m["rate"] for m in members)
+        points.append((float(le), adjusted_hit_ratio(hits, every, references, 1.0)
+                       if references > 0 else 0.0))
+    return Curve(references, False, source, _points=tuple(points),
+                 capacity_blocks=capacity_blocks, engines=len(members))
 
 
 def host_hit_ratio(curve: Curve, gpu_blocks: float, host_blocks: float,

@@ -6,6 +6,9 @@ Example:
     $ kvobs whatif --trace chat.jsonl --model qwen2.5-0.5b --gpu-gib 0.375 \\
           --host-gib 1.5,3 --json
     $ kvobs whatif --prometheus http://127.0.0.1:9090 --window 1h --sizes 4096,16384
+
+With ``--prometheus`` engines are summed only within one configured capacity: one curve
+(one table, one JSON entry under ``curves``) per capacity.
 """
 
 from __future__ import annotations
@@ -47,14 +50,19 @@ def register(subparsers: Any) -> None:
         help="predict the hit ratio of other cache sizes from a trace or a running fleet",
         description="Predict the LRU hit ratio of block references for other cache sizes: "
         "from a JSONL trace of prefix lookups (kvobs demo --trace-out, or an engine "
-        "adapter's trace), or from a Prometheus that scrapes kvobs (the reuse profile).",
+        "adapter's trace), or from a Prometheus that scrapes kvobs (the reuse profile). "
+        "A fleet's engines are summed only within one configured capacity "
+        "(kvobs_reuse_capacity_blocks): each engine's buckets are multiples of its own "
+        "size, so engines of different sizes get one curve each, smallest first.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", type=input_file, metavar="FILE",
                         help='JSONL trace, one lookup per line: {"blocks": ["<hash>", ...], '
                         '"ts": seconds}')
     source.add_argument("--prometheus", type=http_url, metavar="URL",
-                        help="Prometheus base URL scraping kvobs engines")
+                        help="Prometheus base URL scraping kvobs engines: one curve per "
+                        "configured capacity, summed over the engines of that capacity "
+                        "(a series missing from Prometheus is named, exit status 2)")
     add_option(parser, "--window", default="1h",
                help="with --prometheus: the window to read, as a PromQL duration")
     add_option(parser, "--selector", default="",
@@ -85,33 +93,49 @@ def run(args: argparse.Namespace) -> int:
     layout = layout_from_args(args) if gib_mode else None
     if args.trace:
         with open(args.trace, encoding="utf-8") as lines:
-            curve = whatif.curve_from_trace(lines, source=args.trace)
+            curves = [whatif.curve_from_trace(lines, source=args.trace)]
     else:
         from kvobs.report.prometheus_api import PrometheusClient, QueryFailed
 
         try:
-            curve = whatif.curve_from_prometheus(PrometheusClient(args.prometheus),
-                                                 args.window, args.selector)
+            curves = whatif.curves_from_prometheus(PrometheusClient(args.prometheus),
+                                                   args.window, args.selector)
         except QueryFailed as exc:
             raise ConfigError(f"--prometheus: {exc}") from None
     if layout is not None:
-        _print_tiers(args, curve, layout.bytes_per_block, layout.name)
+        for curve in curves:
+            _print_tiers(args, curve, layout.bytes_per_block, layout.name)
         return 0
-    sizes = args.sizes or _default_sizes(curve)
-    rows = whatif.table(curve, sizes)
+    answers = [(curve, whatif.table(curve, args.sizes or _default_sizes(curve)))
+               for curve in curves]
     if args.json:
-        print(json.dumps({"source": curve.source, "references": curve.references,
-                          "exact": curve.exact, "sizes": rows}, indent=2))
-    else:
+        entries = [_json_entry(curve, rows) for curve, rows in answers]
+        print(json.dumps(entries[0] if args.trace else
+                         {"source": curves[0].source, "curves": entries}, indent=2))
+        return 0
+    for curve, rows in answers:
         kind = "exact LRU replay" if curve.exact else "sampled profile"
-        print(f"{curve.source}: {curve.references:,.0f} block references ({kind})")
+        fleet = "" if curve.capacity_blocks is None else (
+            f", {curve.engines} engine{'s' * (curve.engines != 1)} of "
+            f"{curve.capacity_blocks:,.0f} blocks")
+        print(f"{curve.source}: {curve.references:,.0f} block references ({kind}{fleet})")
         print(f"{'blocks':>12}  hit ratio")
         for row in rows:
             print(f"{row['blocks']:>12,.0f}  {row['hit_ratio']:8.2%}")
     return 0
 
 
+def _json_entry(curve: Any, rows: list[dict[str, float]]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"source": curve.source, "references": curve.references,
+                             "exact": curve.exact, "sizes": rows}
+    if curve.capacity_blocks is not None:
+        entry.update(capacity_blocks=curve.capacity_blocks, engines=curve.engines)
+    return entry
+
+
 def _default_sizes(curve: Any) -> list[float]:
+    if curve.capacity_blocks is not None:  # a fleet curve: its exported bucket bounds
+        return [bound for bound, _ in curve._points]
     sizes, size = [], 256
     while size <= max(curve.references, 256):
         sizes.append(float(size))
@@ -136,7 +160,9 @@ def _print_tiers(args: argparse.Namespace, curve: Any, block_bytes: int, model: 
                           "gpu_blocks": gpu_blocks, "gpu_hit_ratio": gpu_hit, "host": rows},
                          indent=2))
         return
-    print(f"{model}: GPU {gpu_gib:g} GiB = {gpu_blocks:,.0f} blocks: GPU hits {gpu_hit:.0%}")
+    fleet = "" if curve.capacity_blocks is None else \
+        f" [engines of {curve.capacity_blocks:,.0f} blocks]"
+    print(f"{model}{fleet}: GPU {gpu_gib:g} GiB = {gpu_blocks:,.0f} blocks: GPU hits {gpu_hit:.0%}")
     line = " -> ".join(f"{row['host_gib']:g}" for row in rows)
     hits = " -> ".join(f"{row['host_hit_ratio']:.0%}" for row in rows)
     print(f"host pool {line} GiB: host hits {hits}"
