@@ -9,11 +9,13 @@
   every install command in the README, the docs and the chart.
 * No package registry's host name is written anywhere in the repository.
 * The README's Prometheus configuration passes ``promtool check config`` with the rules
-  ``kvobs dashboards --out`` writes.
+  ``kvobs dashboards --out`` writes; its Grafana section names the Grafana version the
+  dashboards' schema pins and provisions the folder ``kvobs dashboards --out`` fills.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from required import REPO, find_tool, missing
 
 INDEX = "http://torch-index.invalid/whl/cpu"
@@ -191,3 +194,29 @@ def test_the_demo_image_installs_torch_from_torch_index_url(index):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith(TORCH_PIN), done.stdout
     assert (f"--index-url {INDEX} " in done.stdout) == bool(index), done.stdout
+
+
+def _readme_section(title: str) -> str:
+    return (REPO / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_grafana_section_matches_the_schema_and_what_dashboards_out_writes(tmp_path):
+    section = _readme_section("Grafana")
+    source = json.loads((REPO / "dashboards" / "schema" / "source.json").read_text())
+    major_minor = ".".join(source["version"].split(".")[:2])
+    assert f"**Grafana {major_minor} or newer**" in section
+    assert f"`@grafana/schema` {source['version']}" in section
+    assert f"schemaVersion {source['schemaVersion']}" in section
+    (provisioning,) = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section,
+                                                              flags=re.S) if "providers" in b]
+    (provider,) = provisioning["providers"]
+    assert provisioning["apiVersion"] == 1 and provider["type"] == "file"
+    root = Path(provider["options"]["path"]).parent
+    assert f"kvobs dashboards --out {root}" in section
+    out = tmp_path / "kvobs"
+    done = subprocess.run([sys.executable, "-m", "kvobs", "dashboards", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.name for p in (out / Path(provider["options"]["path"]).name).iterdir())
+    assert written and all(f"`{root}/dashboards/{name}`" in section or name in section
+                           for name in written), written
