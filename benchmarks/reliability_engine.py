@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--otlp-timeout", type=float, default=0.5)
     parser.add_argument("--web-config-file", default=None)
     parser.add_argument("--server", choices=("plain", "coalesced"), default="plain",
-                        help="plain: start_metrics_server (a collection per scrape); "
-                             "coalesced: kvobs.telemetry.webconfig's server, at most one "
-                             "collection per --min-interval")
+                        help="plain: a collection per scrape (min interval 0; scrapes that "
+                             "arrive during one still share it); coalesced: at most one "
+                             "collection per --min-interval (what Telemetry serves)")
     parser.add_argument("--min-interval", type=float, default=1.0)
     args = parser.parse_args(argv)
 
@@ -56,13 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     pool = TieredKVPool(layout, args.gpu_blocks, args.host_blocks, recorder)
     loop = ServingLoop(pool, ChatWorkload(WorkloadConfig(rate=args.rate), seed=7))
     loop.run(30.0, pace=False)  # warm-up: full GPU tier, host hits, offloads
-    if args.web_config_file or args.server == "coalesced":
-        from kvobs.telemetry.webconfig import start_secure_metrics_server
-
-        server = start_secure_metrics_server("127.0.0.1:0", args.web_config_file,
-                                             min_interval_s=args.min_interval)
-    else:
-        server = start_metrics_server("127.0.0.1:0")
+    server = start_metrics_server(
+        "127.0.0.1:0", args.web_config_file,
+        min_interval_s=args.min_interval if args.server == "coalesced" else 0.0)
     server.attach(recorder)
     readers = []
     if args.otlp_endpoint:

@@ -7,14 +7,16 @@ The front door for instrumenting an engine from Python:
   store / evict / transfer / drop / fail / lookup points, by tier name;
   :func:`instrument_methods` wraps methods of an allocator instance instead;
 * :func:`start_telemetry` starts every sink in one call: Prometheus ``/metrics``
-  and / or OTLP push, the capacity log and the periodic summary. It returns the
-  :class:`Telemetry`; ``close()`` it at shutdown.
+  and / or OTLP push, the capacity log and the periodic summary, as its arguments, the
+  ``KVOBS_*`` / ``OTEL_*`` variables or the defaults say. It returns the
+  :class:`Telemetry`; ``close()`` it at shutdown. kvobs logs through the standard
+  ``logging`` module (logger ``kvobs``) unless told to print its own lines.
 
 Example:
     >>> import urllib.request, kvobs
     >>> rec = kvobs.Recorder(engine="mine", model="llama-3-8b")
     >>> kv = kvobs.KVCacheCallbacks(rec, {"gpu": (1024, 16, 2 * 2**20)})
-    >>> telemetry = kvobs.start_telemetry(rec, metrics_addr="127.0.0.1:0", logs="json")
+    >>> telemetry = kvobs.start_telemetry(rec, metrics_addr="127.0.0.1:0", summary_interval_s=0)
     >>> kv.allocate("gpu", 3)
     >>> page = urllib.request.urlopen(telemetry.metrics_url).read().decode()
     >>> 'kvobs_block_allocations_total{engine="mine",model="llama-3-8b",tier="gpu"} 3.0' in page
@@ -78,9 +80,7 @@ def __dir__() -> list[str]:
 def start_telemetry(
     recorder: Recorder,
     *,
-    metrics_addr: str | None = "127.0.0.1:9464",
-    otlp_endpoint: str | None = None,
-    logs: str | None = "auto",
+    logs: str | None = None,
     log_capacity: bool = True,
     request_tokens: int = 8192,
     logger: Any = None,
@@ -88,41 +88,40 @@ def start_telemetry(
 ) -> Telemetry:
     """Start exporting ``recorder``: ``/metrics``, OTLP, the capacity and summary logs.
 
+    Every telemetry setting not passed comes from its ``KVOBS_*`` / ``OTEL_*`` variable,
+    else its default (:mod:`kvobs.telemetry.settings`); a variable that does not parse is
+    a ConfigError naming it.
+
     Args:
         recorder: the :class:`Recorder` the engine (or its adapter) counts into.
-        metrics_addr: ``HOST:PORT`` serving Prometheus ``/metrics`` (port 0: any free
-            port; ``telemetry.metrics_url`` says which); None serves nothing.
-        otlp_endpoint: OTLP/HTTP base URL to push to; None falls back to
-            ``OTEL_EXPORTER_OTLP_ENDPOINT`` and, if that is unset too, pushes nothing.
-        logs: ``"auto"`` (JSON off a terminal, console on one), ``"json"`` or
-            ``"console"`` configures structlog process-wide; None leaves the logging
-            set-up of the host application alone.
+        logs: None (default) logs through the host's standard ``logging`` under the
+            ``kvobs`` logger and configures nothing; ``"auto"`` (JSON off a terminal,
+            console on one), ``"json"`` or ``"console"`` configures structlog
+            process-wide to print kvobs's events (scripts that own their process).
         log_capacity: log the ``kv_cache_capacity`` event of the recorder's tiers now.
         request_tokens: request length the capacity log interprets capacity for.
-        logger: structlog logger for kvobs's events (default ``structlog.get_logger("kvobs")``).
-        **options: passed on to :meth:`Telemetry.start` (``summary_interval_s``,
-            ``otlp_interval_s``, ``port_attempts``, ``nvml``...).
+        logger: logger for kvobs's events (default ``kvobs.telemetry.logs.get_logger()``).
+        **options: passed on to :meth:`Telemetry.start`: ``metrics_addr`` (``HOST:PORT``;
+            port 0: any free port, ``telemetry.metrics_url`` says which; None serves
+            nothing), ``otlp_endpoint``, ``otlp_interval_s``, ``summary_interval_s``,
+            ``min_interval_s``, ``port_attempts``, ``nvml``, ``web_config_file``.
 
     Returns:
         The running :class:`Telemetry`; call ``close()`` at shutdown.
 
     Raises:
-        ConfigError: an address or option is invalid, the port is taken, or a telemetry
-            package (OpenTelemetry, prometheus-client, structlog) is outside the range kvobs
-            declares (the line names it, the version found and the fix).
+        ConfigError: an address, option or variable is invalid, the port is taken, or a
+            telemetry package (OpenTelemetry, prometheus-client, structlog) is outside the
+            range kvobs declares (the line names it, the version found and the fix).
     """
-    import structlog
-
     from kvobs.capacity import CapacityPlan
     from kvobs.exporter import Telemetry
-    from kvobs.telemetry.logs import configure_logging
+    from kvobs.telemetry.logs import configure_logging, get_logger
     from kvobs.telemetry.logs import log_capacity as emit_capacity
 
     if logs is not None:
         configure_logging(logs)
-    logger = logger if logger is not None else structlog.get_logger("kvobs")
+    logger = logger if logger is not None else get_logger("kvobs")
     if log_capacity and recorder.tier_names:
         emit_capacity(CapacityPlan.from_recorder(recorder, request_tokens=request_tokens), logger)
-    return Telemetry.start(
-        recorder, logger, metrics_addr=metrics_addr, otlp_endpoint=otlp_endpoint, **options
-    )
+    return Telemetry.start(recorder, logger, **options)

@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricReader
@@ -24,9 +23,8 @@ from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.otlp import otlp_reader
 from kvobs.telemetry.prometheus import MetricsServer, start_metrics_server
 from kvobs.telemetry.requirements import check_declared
+from kvobs.telemetry.settings import FROM_ENV, TelemetrySettings
 from kvobs.telemetry.summary import SummaryLogger
-from kvobs.telemetry.webconfig import ENV_VAR as WEB_CONFIG_ENV
-from kvobs.telemetry.webconfig import start_secure_metrics_server
 
 
 class Telemetry:
@@ -46,23 +44,25 @@ class Telemetry:
         recorder: Recorder,
         logger: Any,
         *,
-        metrics_addr: str | None = "127.0.0.1:9464",
-        otlp_endpoint: str | None = None,
-        otlp_interval_s: float = 10.0,
-        summary_interval_s: float = 10.0,
+        metrics_addr: str | None = FROM_ENV,
+        otlp_endpoint: str | None = FROM_ENV,
+        otlp_interval_s: float = FROM_ENV,
+        summary_interval_s: float = FROM_ENV,
         extra_readers: tuple[MetricReader, ...] = (),
-        port_attempts: int = 1,
-        nvml: bool = True,
-        web_config_file: str | None = None,
+        port_attempts: int = FROM_ENV,
+        nvml: bool = FROM_ENV,
+        web_config_file: str | None = FROM_ENV,
+        min_interval_s: float = FROM_ENV,
+        settings: TelemetrySettings | None = None,
     ) -> Telemetry:
-        """Start the sinks.
+        """Start the sinks. An argument not given comes from its environment variable,
+        else its default (:class:`~kvobs.telemetry.settings.TelemetrySettings`).
 
         Args:
             recorder: what to export.
-            logger: structlog logger for the summary and NVML events.
+            logger: logger for the summary and NVML events.
             metrics_addr: ``HOST:PORT`` for ``/metrics``; None serves nothing.
-            otlp_endpoint: OTLP/HTTP base URL; None falls back to
-                ``OTEL_EXPORTER_OTLP_ENDPOINT`` and, if unset too, pushes nothing.
+            otlp_endpoint: OTLP/HTTP base URL; None pushes nothing.
             otlp_interval_s: seconds between OTLP pushes.
             summary_interval_s: seconds between ``kv_cache_summary`` events; 0 disables.
             extra_readers: more OpenTelemetry readers (tests use an in-memory one).
@@ -72,34 +72,46 @@ class Telemetry:
                 (``metrics_serving``) and is :attr:`metrics_url`.
             nvml: read GPU memory and PCIe facts from NVML where available.
             web_config_file: an exporter-toolkit web config file (TLS, client CA, basic
-                auth) for ``/metrics``; None falls back to ``KVOBS_WEB_CONFIG_FILE`` and,
-                if unset too, serves plain HTTP (:mod:`kvobs.telemetry.webconfig`).
+                auth) for ``/metrics`` (:mod:`kvobs.telemetry.webconfig`).
+            min_interval_s: one collection serves every scrape of this many seconds
+                (:mod:`kvobs.telemetry.coalesce`); 0 collects for every scrape.
+            settings: every setting at once (read by a plugin); the arguments above are
+                then ignored.
+
+        Raises:
+            ConfigError: an invalid value or variable (named), or a port that is taken.
         """
         check_declared()  # a package outside kvobs's declared range: one clear line
+        if settings is None:
+            settings = TelemetrySettings.from_env(
+                metrics_addr=metrics_addr, otlp_endpoint=otlp_endpoint,
+                otlp_interval_s=otlp_interval_s, summary_interval_s=summary_interval_s,
+                port_attempts=port_attempts, nvml=nvml, web_config_file=web_config_file,
+                metrics_min_interval_s=min_interval_s)
         readers: list[MetricReader] = list(extra_readers)
-        endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+        endpoint = settings.otlp_endpoint
         if endpoint:
-            readers.append(otlp_reader(endpoint, recorder, interval_s=otlp_interval_s))
-        web_config = web_config_file or os.environ.get(WEB_CONFIG_ENV) or None
-        if metrics_addr and web_config:
-            server: MetricsServer | None = start_secure_metrics_server(
-                metrics_addr, web_config, port_attempts,
+            readers.append(otlp_reader(endpoint, recorder, interval_s=settings.otlp_interval_s))
+        server = None
+        if settings.metrics_addr:
+            server = start_metrics_server(
+                settings.metrics_addr, settings.web_config_file,
+                port_attempts=settings.port_attempts,
+                min_interval_s=settings.metrics_min_interval_s,
                 on_error=lambda exc: recorder.error("telemetry.webconfig", exc))
-        else:
-            server = start_metrics_server(metrics_addr, port_attempts) if metrics_addr else None
-        source = nvml_source(logger) if nvml else None
+        source = nvml_source(logger) if settings.nvml else None
         sources = (source,) if source else ()
         if server is not None:
             server.attach(recorder, sources)
         # OpenTelemetry only for what it pushes (OTLP, extra readers): /metrics needs none.
         bridge = OtelBridge(recorder, readers, sources=sources) if readers else None
         summary = None
-        if summary_interval_s > 0:
-            summary = SummaryLogger(recorder, logger, summary_interval_s).start()
+        if settings.summary_interval_s > 0:
+            summary = SummaryLogger(recorder, logger, settings.summary_interval_s).start()
         if server is not None:
             logger.info("metrics_serving", url=server.url, **recorder.labels)
         if endpoint:
-            logger.info("otlp_pushing", endpoint=endpoint, interval_s=otlp_interval_s)
+            logger.info("otlp_pushing", endpoint=endpoint, interval_s=settings.otlp_interval_s)
         return cls(bridge, server, summary)
 
     @property

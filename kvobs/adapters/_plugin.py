@@ -1,17 +1,21 @@
 """What kvobs's zero-code engine plugins share (vLLM's ``vllm.general_plugins``, SGLang's
-``sglang.srt.plugins``): ``KVOBS_ENABLE``, the ``KVOBS_*`` settings of the telemetry a
-plugin starts in each engine process, and the per-rank port.
+``sglang.srt.plugins``): ``KVOBS_ENABLE``, the settings of the telemetry a plugin starts
+in each engine process, the per-rank port, and the host's logging.
 
-Settings (read when a plugin starts telemetry, so each engine process reads its own):
+Settings are :class:`~kvobs.telemetry.settings.TelemetrySettings` read from the
+environment when a plugin starts telemetry (so each engine process reads its own):
+``KVOBS_METRICS_ADDR`` (base ``HOST:PORT``, default :data:`DEFAULT_ADDR`; a process
+serves on ``PORT + port_offset``, its rank, or a later free port, :data:`PORT_ATTEMPTS`
+in all; port 0 = any free port; empty = no endpoint), ``KVOBS_METRICS_MIN_INTERVAL_S``,
+``KVOBS_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_METRIC_EXPORT_INTERVAL``,
+``KVOBS_SUMMARY_INTERVAL_S`` (default 60; 0 = off), ``KVOBS_LOG_FORMAT``,
+``KVOBS_WEB_CONFIG_FILE``, ``KVOBS_TRACE_OUT`` / ``KVOBS_TRACE_MAX_BYTES``, and
+``KVOBS_MODEL`` (the ``model`` label; default: the engine's served model).
 
-* ``KVOBS_METRICS_ADDR``: base ``HOST:PORT`` of ``/metrics`` (default
-  :data:`DEFAULT_ADDR`); a process serves on ``PORT + port_offset`` (its rank), or a
-  later free port (:data:`PORT_ATTEMPTS` in all); port 0 = any free port; empty = no
-  endpoint.
-* ``KVOBS_OTLP_ENDPOINT``: OTLP/HTTP push (default ``OTEL_EXPORTER_OTLP_ENDPOINT``).
-* ``KVOBS_SUMMARY_INTERVAL_S``: seconds between ``kv_cache_summary`` events (0 = off).
-* ``KVOBS_LOG_FORMAT``: ``json`` / ``console`` rendering of kvobs's own events.
-* ``KVOBS_MODEL``: the ``model`` label (default: the engine's served model).
+Inside an engine a bad value never disables kvobs: it is ignored, the default is used,
+and one ``kvobs_setting_ignored`` warning in the engine's log names the variable, the
+value and the default. kvobs's events go through the standard ``logging`` module under
+``kvobs.*`` (:mod:`kvobs.telemetry.logs`); nothing is configured process-wide.
 
 Example:
     >>> from kvobs.adapters import _plugin
@@ -25,17 +29,21 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from kvobs.telemetry.settings import DEFAULT_ADDR, TelemetrySettings
 
 if TYPE_CHECKING:
     from kvobs.exporter import Telemetry
     from kvobs.recorder import Recorder
 
+__all__ = ["DEFAULT_ADDR", "PORT_ATTEMPTS", "enabled", "model_name", "settings",
+           "start_telemetry"]
+
 TRUE = frozenset({"1", "true", "yes", "on"})
-DEFAULT_ADDR = "127.0.0.1:9464"
 #: Ports tried, upwards from the preferred one, when it is taken.
 PORT_ATTEMPTS = 64
-SUMMARY_INTERVAL_S = 60.0
 
 
 def enabled() -> bool:
@@ -48,49 +56,54 @@ def model_name(served: Any) -> str:
     return os.environ.get("KVOBS_MODEL", "").strip() or str(served or "unknown")
 
 
-def metrics_address(port_offset: int) -> str | None:
-    """``KVOBS_METRICS_ADDR`` (default :data:`DEFAULT_ADDR`) with its port moved up by
-    ``port_offset`` (port 0 stays 0); None when it is set empty."""
-    from kvobs.telemetry.prometheus import parse_address
+def settings(logger: Any, environ: Mapping[str, str] | None = None) -> TelemetrySettings:
+    """The telemetry settings of this engine process; an invalid variable is logged on
+    ``logger`` (``kvobs_setting_ignored``) and its default used."""
 
-    address = os.environ.get("KVOBS_METRICS_ADDR", DEFAULT_ADDR).strip() or None
-    if address is None:
-        return None
-    host, port = parse_address(address, "KVOBS_METRICS_ADDR")
-    if not port:
-        return address
-    host = f"[{host}]" if ":" in host else host
-    return f"{host}:{min(port + port_offset, 65535)}"
+    def ignored(variable: str, value: str, reason: str, default: Any) -> None:
+        logger.warning("kvobs_setting_ignored", variable=variable, value=value, error=reason,
+                       using="none" if default is None else default)
+
+    return TelemetrySettings.from_env(environ, on_invalid=ignored, port_attempts=PORT_ATTEMPTS)
 
 
 def start_telemetry(rec: Recorder, logger: Any, port_offset: int, *,
-                    request_tokens: int | None = None) -> Telemetry:
-    """Start ``rec``'s telemetry as the ``KVOBS_*`` settings say (see the module) and
-    log ``kvobs_enabled`` with its URL; the host's logging set-up is left alone.
+                    request_tokens: int | None = None,
+                    config: TelemetrySettings | None = None,
+                    host_logger: str | None = None) -> Telemetry:
+    """Start ``rec``'s telemetry as the settings say (see the module) and log
+    ``kvobs_enabled`` with its URL; the host's logging set-up is left alone.
 
     Args:
         rec: the process's recorder.
-        logger: structlog logger for kvobs's events.
+        logger: logger for kvobs's events (:func:`kvobs.telemetry.logs.get_logger`).
         port_offset: added to the base port (the process's rank).
         request_tokens: log the ``kv_cache_capacity`` event of ``rec``'s tiers for
             requests this long; None logs none.
+        config: the process's settings (default: :func:`settings`, read now).
+        host_logger: the engine's logger namespace (``"vllm"``) whose handlers kvobs's
+            events share when nothing handles the ``kvobs`` logger
+            (:func:`kvobs.telemetry.logs.use_host_handlers`).
 
     Raises:
-        ConfigError: an invalid setting, or no free port.
+        ConfigError: no free port, or a file named by a setting is unusable (one line,
+            which the plugin logs before the engine goes on uninstrumented).
     """
+    from dataclasses import replace
+
     from kvobs import start_telemetry as start
+    from kvobs.telemetry.address import shift_port
+    from kvobs.telemetry.logs import use_host_handlers
 
-    log_format = os.environ.get("KVOBS_LOG_FORMAT", "").strip()
-    if log_format:  # kvobs's own events only: the engine logs through the logging module
-        from kvobs.telemetry.logs import configure_logging
-
-        configure_logging(log_format)
-    endpoint = os.environ.get("KVOBS_OTLP_ENDPOINT", "").strip() or None
-    interval = float(os.environ.get("KVOBS_SUMMARY_INTERVAL_S", SUMMARY_INTERVAL_S) or 0)
-    telemetry = start(rec, metrics_addr=metrics_address(port_offset), otlp_endpoint=endpoint,
-                      logs=None, log_capacity=request_tokens is not None,
-                      request_tokens=request_tokens or 8192, logger=logger,
-                      summary_interval_s=interval, port_attempts=PORT_ATTEMPTS)
+    if host_logger is not None:
+        use_host_handlers(host_logger)
+    chosen = config if config is not None else settings(logger)
+    use_host_handlers(None, chosen.log_format)
+    if chosen.metrics_addr:
+        chosen = replace(chosen, metrics_addr=shift_port(chosen.metrics_addr, port_offset))
+    telemetry = start(rec, logs=None, log_capacity=request_tokens is not None,
+                      request_tokens=request_tokens or 8192, logger=logger, settings=chosen)
     logger.info("kvobs_enabled", engine=rec.engine, model=rec.model,
-                metrics_url=telemetry.metrics_url, otlp_endpoint=endpoint, **rec.labels)
+                metrics_url=telemetry.metrics_url, otlp_endpoint=chosen.otlp_endpoint,
+                **rec.labels)
     return telemetry

@@ -52,12 +52,14 @@ class SnapshotCollector(Collector):
         return [_family(spec) for spec in METRICS]
 
     def collect(self) -> Iterator[Metric]:
-        """One snapshot, rendered; a failure is counted and the scrape gets what was made."""
+        """One snapshot, rendered whole or not at all: a failure is counted
+        (``telemetry.prometheus``) and raised to the server, which answers 500 with one
+        line (a scrape that half-succeeded would read as series vanishing)."""
         try:
             families = self._families()
-        except Exception as exc:  # a sink failure is counted, never raised into a scrape
+        except Exception as exc:
             self._recorder.error("telemetry.prometheus", exc)
-            return
+            raise
         yield from families
 
     def _families(self) -> list[Metric]:

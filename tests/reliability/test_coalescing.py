@@ -1,4 +1,5 @@
-"""CoalescingApp: scrapes share collections, at most one per interval, variants apart."""
+"""CoalescingApp: scrapes share collections, at most one per interval, variants apart;
+the one /metrics server coalesces with or without a web config."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
-from kvobs.telemetry.webconfig import CoalescingApp, start_secure_metrics_server
+from kvobs.telemetry.coalesce import CoalescingApp
+from kvobs.telemetry.prometheus import start_metrics_server
 
 
 class SlowMetrics:
@@ -80,13 +82,13 @@ def test_bad_interval_is_named() -> None:
     with pytest.raises(ConfigError, match="scrape min interval must be >= 0"):
         CoalescingApp(SlowMetrics(), min_interval_s=-1)
     with pytest.raises(ConfigError, match="scrape min interval"):
-        start_secure_metrics_server("127.0.0.1:0", None, min_interval_s=float("nan"))
+        start_metrics_server("127.0.0.1:0", min_interval_s=float("nan"))
 
 
 def test_plain_server_without_web_config_serves_fresh_enough_metrics() -> None:
     recorder = Recorder(engine="c", model="m")
     gpu = recorder.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=64)
-    server = start_secure_metrics_server("127.0.0.1:0", None, min_interval_s=0.2)
+    server = start_metrics_server("127.0.0.1:0", min_interval_s=0.2)
     server.attach(recorder)
     try:
         assert server.url.startswith("http://127.0.0.1:")
@@ -101,4 +103,75 @@ def test_plain_server_without_web_config_serves_fresh_enough_metrics() -> None:
         time.sleep(0.25)
         assert 'kvobs_block_allocations_total{engine="c",model="m",tier="gpu"} 5.0' in scrape()
     finally:
+        server.close()
+
+
+def test_a_failed_collection_is_not_kept() -> None:
+    answers = iter([("500 Internal Server Error", b"kvobs: collection failed\n"),
+                    ("200 OK", b"x 1\n")])
+
+    def metrics(environ, start_response):  # type: ignore[no-untyped-def]
+        status, body = next(answers)
+        start_response(status, [("Content-Type", "text/plain")])
+        return [body]
+
+    app = CoalescingApp(metrics, min_interval_s=60)
+    assert get(app) == b"kvobs: collection failed\n"
+    assert get(app) == b"x 1\n"  # tried again at once, then kept for the interval
+    assert get(app) == b"x 1\n" and app.collections == 2
+
+
+def test_telemetry_serves_coalesced_by_default_and_the_variable_turns_it_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import structlog
+
+    from kvobs.exporter import Telemetry
+
+    def collections(environ: dict[str, str]) -> int:
+        for name, value in environ.items():
+            monkeypatch.setenv(name, value)
+        rec = Recorder(engine="c", model="m")
+        rec.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=64)
+        with structlog.testing.capture_logs():
+            telemetry = Telemetry.start(rec, structlog.get_logger("kvobs"),
+                                        metrics_addr="127.0.0.1:0", summary_interval_s=0,
+                                        nvml=False)
+        try:
+            assert telemetry.server is not None and telemetry.metrics_url is not None
+            for _ in range(5):
+                with urllib.request.urlopen(telemetry.metrics_url, timeout=10) as response:
+                    assert b"kvobs_tier_capacity_blocks" in response.read()
+            return telemetry.server.app.collections
+        finally:
+            telemetry.close()
+
+    monkeypatch.delenv("KVOBS_METRICS_MIN_INTERVAL_S", raising=False)
+    assert collections({}) == 1  # five scrapes within the default second: one collection
+    assert collections({"KVOBS_METRICS_MIN_INTERVAL_S": "0"}) == 5
+
+
+def test_clients_that_never_speak_or_never_read_hold_no_other_scrape_up() -> None:
+    import socket
+
+    recorder = Recorder(engine="c", model="m")
+    for i in range(2000):  # a response far larger than a socket buffer
+        recorder.error(f"component.{i}")
+    server = start_metrics_server("127.0.0.1:0")
+    server.attach(recorder)
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(4):
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+        for _ in range(4):  # asks, never reads: the server's writer blocks on a full buffer
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            idle.append(sock)
+        started = time.monotonic()
+        with urllib.request.urlopen(server.url, timeout=10) as response:
+            assert response.status == 200 and b"component.1999" in response.read()
+        assert time.monotonic() - started < 5  # not queued behind the silent ones
+    finally:
+        for sock in idle:
+            sock.close()
         server.close()

@@ -23,12 +23,9 @@ from required import missing
 
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
-from kvobs.telemetry.webconfig import (
-    SecureMetricsServer,
-    hash_password,
-    load_web_config,
-    start_secure_metrics_server,
-)
+from kvobs.telemetry.auth import hash_password
+from kvobs.telemetry.prometheus import MetricsServer, start_metrics_server
+from kvobs.telemetry.webconfig import load_web_config
 
 try:
     import bcrypt
@@ -60,17 +57,17 @@ def write_config(directory: Path, text: str) -> Path:
     return path
 
 
-def serve(config: Path) -> tuple[SecureMetricsServer, Recorder]:
+def serve(config: Path) -> tuple[MetricsServer, Recorder]:
     recorder = Recorder(engine="secure", model="m")
     recorder.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=1024).allocate(3)
-    server = start_secure_metrics_server("127.0.0.1:0", config)
+    server = start_metrics_server("127.0.0.1:0", config)
     server.attach(recorder)
     return server, recorder
 
 
 @pytest.fixture
-def running() -> Iterator[list[SecureMetricsServer]]:
-    started: list[SecureMetricsServer] = []
+def running() -> Iterator[list[MetricsServer]]:
+    started: list[MetricsServer] = []
     yield started
     for server in started:
         server.close()
@@ -83,7 +80,7 @@ def client_context(pki: Pki, cert: tuple[Path, Path] | None = None) -> ssl.SSLCo
     return context
 
 
-def get(server: SecureMetricsServer, context: ssl.SSLContext | None,
+def get(server: MetricsServer, context: ssl.SSLContext | None,
         auth: tuple[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     conn: http.client.HTTPConnection
     if context is None:

@@ -1,10 +1,13 @@
 """Readers of one recorder share its samples: a scrape never takes them from OTLP, and
-a broken source or snapshot is counted while the scrape goes on."""
+a broken source is counted while the scrape goes on; a broken snapshot answers 500."""
 
 from __future__ import annotations
 
 import threading
+import urllib.error
+import urllib.request
 
+import pytest
 import structlog
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from prometheus_client import CollectorRegistry, generate_latest
@@ -13,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvobs.recorder import Recorder
 from kvobs.telemetry.exposition import SnapshotCollector
 from kvobs.telemetry.otel import OtelBridge
+from kvobs.telemetry.prometheus import start_metrics_server
 
 DURATION = "kvobs_transfer_duration_seconds"
 
@@ -101,7 +105,7 @@ def test_a_failing_source_is_counted_and_the_scrape_keeps_the_rest() -> None:
     assert rec.snapshot().errors == {"telemetry.source": 1}
 
 
-def test_a_failing_snapshot_is_counted_and_never_raised_into_the_scrape() -> None:
+def test_a_failing_snapshot_answers_500_with_one_line_and_is_counted() -> None:
     rec = Recorder(engine="e", model="m")
     gpu = rec.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=64)
 
@@ -109,9 +113,18 @@ def test_a_failing_snapshot_is_counted_and_never_raised_into_the_scrape() -> Non
         raise ValueError("engine state unreadable")
 
     gpu.set_resident_source(unreadable)
-    with structlog.testing.capture_logs():
-        samples = scraped(registry_of(rec))
-    assert samples == {}
-    gpu.set_resident_source(None)
-    assert rec.snapshot().errors == {"telemetry.prometheus": 1}
-    assert ("kvobs_tier_capacity_blocks", (("tier", "gpu"),)) in scraped(registry_of(rec))
+    server = start_metrics_server("127.0.0.1:0")
+    server.attach(rec)
+    try:
+        with structlog.testing.capture_logs(), pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(server.url, timeout=10)
+        body = failed.value.read().decode()
+        assert failed.value.code == 500
+        assert body.count("\n") == 1 and "engine state unreadable" in body, body
+        gpu.set_resident_source(None)  # readable again: the next scrape is whole
+        assert rec.snapshot().errors == {"telemetry.prometheus": 1}
+        with urllib.request.urlopen(server.url, timeout=10) as response:
+            assert b'kvobs_tier_capacity_blocks{engine="e",model="m",tier="gpu"} 8.0' in \
+                response.read()
+    finally:
+        server.close()

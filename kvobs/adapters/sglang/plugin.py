@@ -51,15 +51,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import structlog
-
 from kvobs.adapters import _plugin
 from kvobs.adapters._hooks import AdapterError, Instrumentation
 from kvobs.adapters.sglang.gpu import instrument_token_allocator
 from kvobs.adapters.sglang.host import instrument_cache_controller
 from kvobs.recorder import Recorder
+from kvobs.telemetry.logs import get_logger
 
-_log = structlog.get_logger("kvobs.sglang")
+_log = get_logger("kvobs.sglang")
 #: What the hook is registered on, as SGLang's ``HookRegistry`` resolves it.
 TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
 COMPONENT = "sglang.plugin"
