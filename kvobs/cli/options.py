@@ -2,7 +2,9 @@
 
 Precedence follows OpenTelemetry's: an explicit flag, then the environment variable,
 then the default. An environment value that does not parse is an error naming the
-variable, not a silent fallback: a typo in a pod spec should not go unnoticed.
+variable, not a silent fallback: a typo in a pod spec should not go unnoticed. Every
+variable is read by :func:`kvobs.telemetry.settings.read_env`, the one environment policy
+the plugins and ``kvobs.start_telemetry`` share.
 
 Example:
     >>> import argparse
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from kvobs.errors import ConfigError, KvobsError
+from kvobs.telemetry.settings import read_env
 
 _T = TypeVar("_T")
 _N = TypeVar("_N", int, float)
@@ -163,12 +166,16 @@ def http_url(text: str) -> str:
 
 
 def address(text: str) -> str:
-    """argparse type: ``HOST:PORT`` to listen on (IPv6 hosts in brackets)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host.strip("[]") or not port.isdigit() or int(port) > 65535:
+    """argparse type: ``HOST:PORT`` to listen on (IPv6 hosts in brackets); the one parser
+    of :mod:`kvobs.telemetry.address`."""
+    from kvobs.telemetry.address import parse_address
+
+    try:
+        parse_address(text)
+    except ConfigError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is invalid: use HOST:PORT, e.g. 127.0.0.1:9464 (0.0.0.0:9464 in a pod)"
-        )
+        ) from None
     return text
 
 
@@ -272,16 +279,22 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (use true or false)")
 
 
+def _as_value_error(parse: Callable[[str], _T]) -> Callable[[str], _T]:
+    """``parse`` with argparse's type errors as ValueError (what ``read_env`` reports)."""
+
+    def wrapped(text: str) -> _T:
+        try:
+            return parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(str(exc)) from None
+
+    return wrapped
+
+
 def add_flag(parser: argparse.ArgumentParser | Any, flag: str, *, help: str) -> None:
     """Add a store-true ``flag`` whose ``KVOBS_*`` twin (true/false) sets its default."""
     env = env_name(flag)
-    raw = os.environ.get(env)
-    default = False
-    if raw is not None:
-        try:
-            default = boolean(raw)
-        except argparse.ArgumentTypeError as exc:
-            raise ConfigError(f"environment variable {env}={raw!r} is invalid: {exc}") from None
+    default = read_env(env, _as_value_error(boolean), False)
     parser.add_argument(flag, action="store_true", default=default, help=f"{help} [env {env}]")
 
 
@@ -301,17 +314,15 @@ def add_option(
     else for another subcommand (one meaning per variable).
     """
     env = env or env_name(flag)
-    raw = os.environ.get(env)
-    if raw is not None and raw != "":
-        try:
-            default = type(raw)
-        except (argparse.ArgumentTypeError, ValueError) as exc:
-            raise ConfigError(f"environment variable {env}={raw!r} is invalid: {exc}") from None
-        choices = kwargs.get("choices")
-        if choices is not None and default not in choices:
-            raise ConfigError(
-                f"environment variable {env}={raw!r} is invalid: use one of {', '.join(choices)}"
-            )
+    choices = kwargs.get("choices")
+
+    def parse(text: str) -> Any:
+        value = _as_value_error(type)(text)
+        if choices is not None and value not in choices:
+            raise ValueError(f"use one of {', '.join(choices)}")
+        return value
+
+    default = read_env(env, parse, default)  # the one environment policy of kvobs
     shown = "none" if default is None else default
     parser.add_argument(
         flag, type=type, default=default, help=f"{help} [env {env}; default {shown}]", **kwargs

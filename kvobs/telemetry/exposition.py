@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from kvobs import __version__
 from kvobs.catalog import METRICS, MetricSpec
-from kvobs.recorder import Recorder
 from kvobs.telemetry.series import SeriesSource, recorder_series
+
+if TYPE_CHECKING:  # the recorder (and what it imports) loads with the engine
+    from kvobs.recorder import Recorder
 
 
 class SnapshotCollector(Collector):

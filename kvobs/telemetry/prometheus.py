@@ -33,13 +33,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from kvobs.errors import ConfigError
-from kvobs.recorder import Recorder
 from kvobs.telemetry.address import parse_address, url_host
 from kvobs.telemetry.auth import auth_app
 from kvobs.telemetry.coalesce import CoalescingApp, check_interval
@@ -47,6 +46,9 @@ from kvobs.telemetry.exposition import SnapshotCollector
 from kvobs.telemetry.series import SeriesSource
 from kvobs.telemetry.tls import RotatingContext
 from kvobs.telemetry.webconfig import WebConfig, load_web_config
+
+if TYPE_CHECKING:  # the recorder (and what it imports) loads with the engine
+    from kvobs.recorder import Recorder
 
 __all__ = ["MetricsServer", "parse_address", "start_metrics_server"]
 
