@@ -56,15 +56,24 @@ def model_name(served: Any) -> str:
     return os.environ.get("KVOBS_MODEL", "").strip() or str(served or "unknown")
 
 
-def settings(logger: Any, environ: Mapping[str, str] | None = None) -> TelemetrySettings:
+def settings(logger: Any, environ: Mapping[str, str] | None = None,
+             host_logger: str | None = None) -> TelemetrySettings:
     """The telemetry settings of this engine process; an invalid variable is logged on
-    ``logger`` (``kvobs_setting_ignored``) and its default used."""
+    ``logger`` (``kvobs_setting_ignored``, once the log format and the host's handlers
+    are in place: see :func:`start_telemetry`'s ``host_logger``) and its default used."""
+    from kvobs.telemetry.logs import use_host_handlers
 
-    def ignored(variable: str, value: str, reason: str, default: Any) -> None:
-        logger.warning("kvobs_setting_ignored", variable=variable, value=value, error=reason,
-                       using="none" if default is None else default)
+    ignored: list[dict[str, Any]] = []
 
-    return TelemetrySettings.from_env(environ, on_invalid=ignored, port_attempts=PORT_ATTEMPTS)
+    def note(variable: str, value: str, reason: str, default: Any) -> None:
+        ignored.append({"variable": variable, "value": value, "error": reason,
+                        "using": "none" if default is None else default})
+
+    chosen = TelemetrySettings.from_env(environ, on_invalid=note, port_attempts=PORT_ATTEMPTS)
+    use_host_handlers(host_logger, chosen.log_format)
+    for fields in ignored:
+        logger.warning("kvobs_setting_ignored", **fields)
+    return chosen
 
 
 def start_telemetry(rec: Recorder, logger: Any, port_offset: int, *,
@@ -95,10 +104,8 @@ def start_telemetry(rec: Recorder, logger: Any, port_offset: int, *,
     from kvobs.telemetry.address import shift_port
     from kvobs.telemetry.logs import use_host_handlers
 
-    if host_logger is not None:
-        use_host_handlers(host_logger)
-    chosen = config if config is not None else settings(logger)
-    use_host_handlers(None, chosen.log_format)
+    chosen = config if config is not None else settings(logger, host_logger=host_logger)
+    use_host_handlers(host_logger, chosen.log_format)
     if chosen.metrics_addr:
         chosen = replace(chosen, metrics_addr=shift_port(chosen.metrics_addr, port_offset))
     telemetry = start(rec, logs=None, log_capacity=request_tokens is not None,

@@ -129,7 +129,7 @@ class _Enabled:
         """The process's recorder; the first call creates it and starts telemetry."""
         if self.recorder is None:
             rec = Recorder(engine="vllm", model=model, labels=labels)
-            settings = _plugin.settings(_log)
+            settings = _plugin.settings(_log, host_logger="vllm")
             self.telemetry = _plugin.start_telemetry(rec, _log, port_offset, config=settings,
                                                      host_logger="vllm")
             _open_trace(rec, labels, settings)
