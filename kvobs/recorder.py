@@ -32,8 +32,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
-import structlog
-
 from kvobs.benefit import PrefillCost
 from kvobs.catalog import EVICTION_REASONS
 from kvobs.errors import ConfigError, UnknownTierError
@@ -49,6 +47,8 @@ from kvobs.snapshot import (
     ReuseSnapshot,
     TierSnapshot,
 )
+from kvobs.telemetry.logs import get_logger
+from kvobs.telemetry.ratelimit import RateLimit
 from kvobs.thrash import ThrashTracker
 from kvobs.tiers import GPU, HOST, ROLES, default_role, tier_order, validate_tier_name
 from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
@@ -58,7 +58,7 @@ ResidentSource = Callable[[], tuple[int, int]]
 #: Series an adapter exports beyond tiers and links: ``{metric: [(labels, value)]}``.
 SeriesSource = Callable[[], Mapping[str, list[tuple[dict[str, str], float]]]]
 
-_log = structlog.get_logger("kvobs")
+_log = get_logger("kvobs")
 
 
 class TierRecorder:
@@ -366,7 +366,7 @@ class Recorder:
         self.reuse: ReuseProfile | None = None
         self.trace: TraceWriter | None = None
         self._errors: dict[str, int] = {}
-        self._error_logged_at: dict[str, float] = {}
+        self._error_log_limit = RateLimit(60.0)
         #: The duration / residency samples as histograms; drained at collection only.
         self.histograms = SampleHistograms(self)
         #: Series an adapter owns beyond the tiers and links (read at collection).
@@ -583,12 +583,7 @@ class Recorder:
         """
         with self._setup_lock:
             self._errors[component] = self._errors.get(component, 0) + 1
-            now = time.monotonic()
-            last = self._error_logged_at.get(component)
-            should_log = last is None or now - last >= 60.0
-            if should_log:
-                self._error_logged_at[component] = now
-        if should_log:
+        if self._error_log_limit.allow(component):
             with contextlib.suppress(Exception):  # a broken log sink must not reach the engine
                 _log.warning(
                     "instrumentation_error",

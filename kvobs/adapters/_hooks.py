@@ -49,23 +49,21 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import structlog
-
 from kvobs.errors import KvobsError
 from kvobs.events import EVENTS, NULL_TIER, TierEvents
+from kvobs.telemetry.logs import get_logger
+from kvobs.telemetry.ratelimit import RateLimit
 
-_log = structlog.get_logger("kvobs.adapters")
+_log = get_logger("kvobs.adapters")
 
 #: Attribute that marks an instrumented engine object (holds its Instrumentation).
 MARKER = "_kvobs_instrumentation"
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
+_WARNED = RateLimit(None)
 
 
 class AdapterError(KvobsError, TypeError):
@@ -166,11 +164,8 @@ def signature_problems(target: object, hooks: Iterable[Hook]) -> list[str]:
 
 def warn_once(key: str, event: str, **fields: Any) -> None:
     """Log ``event`` once per process for ``key`` (version mismatches repeat per instance)."""
-    with _warned_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    _log.warning(event, **fields)
+    if _WARNED.allow(key):
+        _log.warning(event, **fields)
 
 
 def _ignore_error(component: str, exc: BaseException | None = None) -> None:

@@ -17,8 +17,6 @@ exporter's own warnings are passed at most once a minute per message, like kvobs
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -32,6 +30,7 @@ from opentelemetry.sdk.metrics.export import (
 
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
+from kvobs.telemetry.ratelimit import RateLimit
 
 _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.metric_exporter",
@@ -45,19 +44,10 @@ class _OncePerInterval(logging.Filter):
 
     def __init__(self, interval_s: float = 60.0) -> None:
         super().__init__()
-        self.interval_s = interval_s
-        self._last: dict[str, float] = {}
-        self._lock = threading.Lock()
+        self._limit = RateLimit(interval_s)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        now = time.monotonic()
-        key = str(record.msg)
-        with self._lock:
-            last = self._last.get(key)
-            if last is not None and now - last < self.interval_s:
-                return False
-            self._last[key] = now
-        return True
+        return self._limit.allow(str(record.msg))
 
 
 def _quiet_exporter_logs() -> None:
