@@ -36,7 +36,8 @@ engine core of data-parallel rank *r* on ``PORT + r``, the worker of rank *t* on
 the engine core's process, endpoint and recorder); a port taken by another process
 moves to the next free one. Each process logs its URL (``metrics_serving`` with its
 ranks). How the series reach a scrape: scrape every logged port (a pod's
-``prometheus.io`` annotations or a ``PodMonitor`` port range ``PORT..PORT+100+N``), or
+``prometheus.io`` annotations, or the Helm chart's ``monitor.extraPorts``: one monitor
+endpoint per port), or
 set ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``KVOBS_OTLP_ENDPOINT`` so every process pushes
 to one collector; sum the duration histogram ``without (tp_rank)`` for an engine.
 
