@@ -365,6 +365,7 @@ class Recorder:
         self.profile_reuse = profile_reuse
         self.reuse: ReuseProfile | None = None
         self.trace: TraceWriter | None = None
+        self._written: list[Hashable] = []  # blocks written since the last keyed lookup
         self._errors: dict[str, int] = {}
         self._error_log_limit = RateLimit(60.0)
         #: The duration / residency samples as histograms; drained at collection only.
@@ -467,6 +468,8 @@ class Recorder:
             self.host_saved_s += host_hit * cost
             self.disk_saved_s += disk_hit * cost
         if keys is not None:
+            if self._written:
+                self._flush_written()
             profile = self.reuse
             if profile is None and self.profile_reuse:
                 profile = self.start_reuse_profile()
@@ -479,7 +482,12 @@ class Recorder:
         """Blocks ``keys`` entered the cache without a lookup (an answer's blocks written
         during decode, once full): the reuse profile makes them its most recent blocks
         without counting them (:meth:`kvobs.reuse.ReuseProfile.write`), and the trace, if
-        one is open, records them as ``written``."""
+        one is open, records them as ``written``. Kept in order and handed over at the
+        next keyed lookup (they change no count before one): one list extend here."""
+        self._written.extend(keys)
+
+    def _flush_written(self) -> None:
+        keys, self._written = self._written, []
         profile = self.reuse
         if profile is None and self.profile_reuse:
             profile = self.start_reuse_profile()

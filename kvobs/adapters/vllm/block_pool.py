@@ -162,28 +162,22 @@ def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Seq
 
 def _cache_full_after(inst: BlockPoolInstrumentation, before: int, result: Any,
                       request: Any, blocks: Sequence[Any], num_cached_blocks: int,
-                      num_full_blocks: int, *args: Any, **kwargs: Any) -> None:
+                      num_full_blocks: int, block_size: int = 0, kv_cache_group_id: int = 0,
+                      *args: Any, **kwargs: Any) -> None:
     n = -before
     for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
         if blocks[i]._block_hash is not None:
             n += 1
     inst.hashes_gained += n
-    if inst.written and kwargs.get("kv_cache_group_id", args[1] if len(args) > 1 else 0) == 0:
-        _written(inst, request, num_cached_blocks, num_full_blocks,
-                 kwargs.get("block_size", args[0] if args else None))
-
-
-def _written(inst: BlockPoolInstrumentation, request: Any, num_cached_blocks: int,
-             num_full_blocks: int, block_size: int | None) -> None:
-    """Report the blocks this call cached beyond the prompt (an answer written during
-    decode) to the reuse profile, as the request's own block hashes (the lookup's keys)."""
-    hash_size = inst.target.hash_block_size
-    per = (block_size or hash_size) // hash_size
-    prompt = request.num_prompt_tokens // hash_size
-    start = max(num_cached_blocks * per, prompt)
-    end = num_full_blocks * per
-    if start < end:
-        inst.rec.written(request.block_hashes[start:end])
+    if inst.written and not kv_cache_group_id:
+        # Blocks cached beyond the prompt: an answer written during decode, reported to
+        # the reuse profile as the request's own block hashes (the lookup's keys).
+        hash_size = inst.target.hash_block_size
+        per = block_size // hash_size if block_size else 1
+        end = num_full_blocks * per
+        start = request.num_prompt_tokens // hash_size
+        if start < end:
+            inst.rec.written(request.block_hashes[max(num_cached_blocks * per, start):end])
 
 
 def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,

@@ -13,11 +13,12 @@ With async scheduling (two outputs in flight) each output is paired with its own
 ``update_from_output`` call; the step time then includes the overlap with the next
 ``schedule()``. Steps that scheduled nothing are not fed.
 
-Every ``every``-th step (default :data:`EVERY`) is timed and fed: the fit costs about
-20-40 us per observation (a 3x3 solve), 1% of a 2-3 ms step if every step were fed. A
-fixed stride selects steps independently of their time, so the least-squares fit stays
-unbiased; it only needs ``every`` times as many steps to reach the same precision (the
-cost changes slowly: a model, a batch shape).
+Every ``every``-th step (default :data:`EVERY`) is timed and fed until :data:`WARM`
+observations were fed, then every :data:`STEADY_EVERY`-th: the fit costs about 10-40 us
+per observation (a 3x3 solve), several percent of a small step if every step were fed.
+A fixed stride selects steps independently of their time, so the least-squares fit stays
+unbiased; it only needs more steps to reach the same precision (the cost changes
+slowly: a model, a batch shape). Untimed steps pay one countdown per hook.
 
 Example (needs vLLM)::
 
@@ -37,18 +38,25 @@ from kvobs.recorder import Recorder
 COMPONENT = "vllm.scheduler_steps"
 #: Outputs waiting for their ``update_from_output`` (async scheduling keeps two).
 MAX_IN_FLIGHT = 8
-#: Time one step in this many (see the module docstring).
+#: Time one step in this many while the fit warms up (see the module docstring).
 EVERY = 4
+#: Observations fed at ``EVERY`` before the stride widens.
+WARM = 256
+#: Time one step in this many once warm.
+STEADY_EVERY = 32
 
 
 class StepInstrumentation(Instrumentation):
     """Wrappers on one ``Scheduler``: ``in_flight`` maps each scheduled output (by id) to
     ``(scheduled at, prefill tokens, decode tokens)``."""
 
-    def __init__(self, scheduler: Any, rec: Recorder, active: bool, every: int = EVERY) -> None:
+    def __init__(self, scheduler: Any, rec: Recorder, active: bool, every: int = EVERY,
+                 warm: int = WARM, steady_every: int = STEADY_EVERY) -> None:
         super().__init__(scheduler, COMPONENT, active, rec)
         self.in_flight: dict[int, tuple[float, int, int]] = {}
         self.every = max(int(every), 1)
+        self.steady_every = max(int(steady_every), 1)
+        self.warm = warm  # timed steps left at ``every``
         self.countdown = 1  # steps until the next timed one
 
 
@@ -75,7 +83,11 @@ def _scheduled(inst: StepInstrumentation, state: None, out: Any,
     inst.countdown -= 1
     if inst.countdown:
         return
-    inst.countdown = inst.every
+    if inst.warm > 0:
+        inst.warm -= 1
+        inst.countdown = inst.every
+    else:
+        inst.countdown = inst.steady_every
     prefill, decode = step_tokens(out)
     in_flight = inst.in_flight
     in_flight[id(out)] = (perf_counter(), prefill, decode)
@@ -85,7 +97,10 @@ def _scheduled(inst: StepInstrumentation, state: None, out: Any,
 
 def _executed(inst: StepInstrumentation, scheduler_output: Any,
               model_runner_output: Any) -> None:
-    started = inst.in_flight.pop(id(scheduler_output), None)
+    in_flight = inst.in_flight
+    if not in_flight:  # an untimed step
+        return
+    started = in_flight.pop(id(scheduler_output), None)
     if started is not None:
         at, prefill, decode = started
         inst.rec.step(perf_counter() - at, prefill, decode)
@@ -98,13 +113,15 @@ SPEC = AdapterSpec(COMPONENT, ("Scheduler",), (
 ))
 
 
-def instrument_steps(scheduler: Any, rec: Recorder, every: int = EVERY) -> StepInstrumentation:
-    """Feed ``rec.step`` from every ``every``-th step of a vLLM v1 ``Scheduler``.
+def instrument_steps(scheduler: Any, rec: Recorder, every: int = EVERY, warm: int = WARM,
+                     steady_every: int = STEADY_EVERY) -> StepInstrumentation:
+    """Feed ``rec.step`` from every ``every``-th step of a vLLM v1 ``Scheduler`` for the
+    first ``warm`` observations, then from every ``steady_every``-th.
 
     Raises:
         AdapterError: not a Scheduler, or already instrumented.
     """
     def make(active: bool) -> StepInstrumentation:
-        return StepInstrumentation(scheduler, rec, active, every)
+        return StepInstrumentation(scheduler, rec, active, every, warm, steady_every)
 
     return instrument(scheduler, SPEC, make)
