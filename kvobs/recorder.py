@@ -483,8 +483,12 @@ class Recorder:
         during decode, once full): the reuse profile makes them its most recent blocks
         without counting them (:meth:`kvobs.reuse.ReuseProfile.write`), and the trace, if
         one is open, records them as ``written``. Kept in order and handed over at the
-        next keyed lookup (they change no count before one): one list extend here."""
-        self._written.extend(keys)
+        next keyed lookup (they change no count before one): one list extend here, and
+        at most 4,096 waiting (an engine without keyed lookups keeps no more)."""
+        pending = self._written
+        pending.extend(keys)
+        if len(pending) > 4096:
+            self._flush_written()
 
     def _flush_written(self) -> None:
         keys, self._written = self._written, []

@@ -40,3 +40,16 @@ def test_a_default_profile_that_forgot_nothing_exports_zero() -> None:
     rec.lookup(64, keys=[1, 2, 3, 4])
     rec.written([5, 6])
     assert scrape(rec)["kvobs_reuse_forgotten_blocks_total"] == 0
+
+
+def test_written_blocks_wait_in_order_and_bounded() -> None:
+    rec = kvobs.Recorder(engine="test", model="m", profile_reuse=False)
+    for start in range(0, 100_000, 10):
+        rec.written(list(range(start, start + 10)))
+    assert len(rec._written) <= 4096 + 10  # no keyed lookup ever comes: nothing piles up
+    rec = kvobs.Recorder(engine="test", model="m")
+    rec.add_tier("gpu", 100, 16, 1024)
+    rec.written(["answer"])
+    assert rec.reuse is None or rec.reuse.tracked == 0  # not handed over yet
+    rec.lookup(16, keys=["answer"])  # written first, then looked up: a hit at 1 block
+    assert rec.reuse is not None and rec.reuse.hit_ratio(1) == 1.0
