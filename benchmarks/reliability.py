@@ -8,7 +8,9 @@ Subcommands:
                   unpaced, benchmarks/reliability_engine.py in its own process): scrape
                   errors, p50/p99, and the engine's ticks per second with scrapers on vs
                   off, alternating every --phase seconds.
-    engines       8 engines x 3 tiers exported on one endpoint: scrape p50/p99.
+    engines       8 engines x 3 tiers exported on one endpoint: scrape p50/p99 beside
+                  kvobs's in-process render, prometheus_client's generate_latest and a
+                  direct render of the same series.
     sink-faults   the engine's event rate while its OTLP collector is healthy, refusing,
                   answering 5xx, stalling and black-holing, phases interleaved.
     soak          1e7 block events over 1e6 distinct keys through a recorder (host tier:
@@ -211,8 +213,9 @@ def scrape_load(seconds: float, scrapers: int, phase_s: float, interval_s: float
 
 
 @contextmanager
-def engines_endpoint(engines: int = 8) -> Iterator[str]:
-    """``engines`` recorders x 3 tiers, every series on one /metrics (see test_load.py)."""
+def engines_endpoint(engines: int = 8) -> Iterator[tuple[str, Any]]:
+    """``engines`` recorders x 3 tiers, every series on one /metrics (see test_load.py);
+    yields the URL and the server's registry."""
     from kvobs.recorder import Recorder
     from kvobs.telemetry.prometheus import start_metrics_server
     from kvobs.telemetry.series import snapshot_series
@@ -224,10 +227,10 @@ def engines_endpoint(engines: int = 8) -> Iterator[str]:
         return lambda: {name: [({**common, **labels}, v) for labels, v in values]
                         for name, values in snapshot_series(rec.snapshot()).items()}
 
-    server = start_metrics_server("127.0.0.1:0")
+    server = start_metrics_server("127.0.0.1:0")  # min interval 0: every scrape collects
     server.attach(recorders[0], sources=[source(r) for r in recorders[1:]])
     try:
-        yield server.url
+        yield server.url, server.registry
     finally:
         server.close()
 
@@ -279,31 +282,44 @@ def direct_render(recorders: list[Any]) -> bytes:
 
 
 def engines_scrape(engines: int, scrapes: int) -> dict[str, Any]:
-    """Sequential scrapes of the many-engine endpoint: latency quantiles and size."""
+    """Scrapes of the many-engine endpoint, side by side in one run (each round takes
+    one of each, so all see the same machine): a full HTTP scrape, kvobs's collection
+    and render in the process, prometheus_client's ``generate_latest`` of the same
+    registry, and the direct render estimate. Latency quantiles and their ratios."""
     import structlog
+    from prometheus_client import generate_latest
 
-    with structlog.testing.capture_logs(), engines_endpoint(engines) as url:
-        latencies, size = [], 0
-        for _ in range(scrapes):
-            start = time.perf_counter()
-            with urllib.request.urlopen(url, timeout=10) as response:
-                body = response.read()
-            latencies.append(time.perf_counter() - start)
-            size = len(body)
-    lines = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
     from kvobs.recorder import Recorder
+    from kvobs.telemetry.text import render
 
     with structlog.testing.capture_logs():  # busy_recorder counts an error on purpose
         recorders = [busy_recorder(Recorder, e) for e in range(engines)]
-    direct = []
-    for _ in range(scrapes):
-        start = time.perf_counter()
-        direct_render(recorders)
-        direct.append(time.perf_counter() - start)
-    return {"engines": engines, "tiers": 3, "samples": lines, "bytes": size,
-            "p50_ms": round(percentile(latencies, 0.5) * 1e3, 2),
-            "p99_ms": round(percentile(latencies, 0.99) * 1e3, 2),
-            "direct_render_p50_ms": round(percentile(direct, 0.5) * 1e3, 2)}
+    times: dict[str, list[float]] = {"http": [], "render": [], "generate_latest": [],
+                                     "direct": []}
+    with structlog.testing.capture_logs(), engines_endpoint(engines) as (url, registry):
+        steps: dict[str, Callable[[], Any]] = {
+            "http": lambda: urllib.request.urlopen(url, timeout=10).read(),
+            "render": lambda: render(registry.collect()),
+            "generate_latest": lambda: generate_latest(registry),
+            "direct": lambda: direct_render(recorders),
+        }
+        body = steps["http"]()
+        for _ in range(scrapes):
+            for name, step in steps.items():
+                start = time.perf_counter()
+                step()
+                times[name].append(time.perf_counter() - start)
+    lines = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+    p50 = {name: percentile(values, 0.5) * 1e3 for name, values in times.items()}
+    return {"engines": engines, "tiers": 3, "samples": lines, "bytes": len(body),
+            "p50_ms": round(p50["http"], 2),
+            "p99_ms": round(percentile(times["http"], 0.99) * 1e3, 2),
+            "render_p50_ms": round(p50["render"], 2),
+            "generate_latest_p50_ms": round(p50["generate_latest"], 2),
+            "direct_render_p50_ms": round(p50["direct"], 2),
+            "http_over_direct": round(p50["http"] / p50["direct"], 2),
+            "generate_latest_over_render": round(p50["generate_latest"] / p50["render"], 2),
+            "goal": "p50 <= 5 ms and <= 5x the direct render"}
 
 
 # --- sink faults -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import errno
+import gzip
 import os
 import socket
 import ssl
@@ -34,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 
 from kvobs.errors import ConfigError
 from kvobs.telemetry.address import parse_address, url_host
@@ -44,6 +46,7 @@ from kvobs.telemetry.auth import auth_app
 from kvobs.telemetry.coalesce import CoalescingApp, check_interval
 from kvobs.telemetry.exposition import SnapshotCollector
 from kvobs.telemetry.series import SeriesSource
+from kvobs.telemetry.text import CONTENT_TYPE, render
 from kvobs.telemetry.tls import RotatingContext
 from kvobs.telemetry.webconfig import WebConfig, load_web_config
 
@@ -85,17 +88,26 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 def metrics_app(registry: CollectorRegistry) -> Callable[..., Any]:
-    """prometheus_client's WSGI app over ``registry``; a collection that raises answers
-    ``500`` with one line instead of a traceback (the collector counted it)."""
-    inner = make_wsgi_app(registry)
+    """The WSGI app that collects ``registry`` and answers the text format
+    (:mod:`kvobs.telemetry.text`), gzipped when asked; ``name[]`` query parameters keep
+    only those series. A collection that raises answers ``500`` with one line instead of
+    a traceback (the collector counted it)."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         try:
-            return inner(environ, start_response)
+            names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+            source = registry.restricted_registry(names) if names else registry
+            body = render(source.collect())
         except Exception as exc:
             start_response("500 Internal Server Error",
                            [("Content-Type", "text/plain; charset=utf-8")])
             return [f"kvobs: collection failed: {exc!r}\n".encode()]
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            body = gzip.compress(body, compresslevel=1)  # fast: the engine's CPU pays
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
 
     return app
 
