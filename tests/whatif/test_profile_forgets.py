@@ -52,4 +52,4 @@ def test_written_blocks_wait_in_order_and_bounded() -> None:
     rec.written(["answer"])
     assert rec.reuse is None or rec.reuse.tracked == 0  # not handed over yet
     rec.lookup(16, keys=["answer"])  # written first, then looked up: a hit at 1 block
-    assert rec.reuse is not None and rec.reuse.hit_ratio(1) == 1.0
+    assert rec.reuse is not None and rec.reuse.hit_ratio(rec.reuse.bounds[0]) == 1.0
