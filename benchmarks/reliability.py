@@ -15,6 +15,8 @@ Subcommands:
                   answering 5xx, stalling and black-holing, phases interleaved.
     soak          1e7 block events over 1e6 distinct keys through a recorder (host tier:
                   thrash tracker and residency): RSS growth, untracked count.
+    vllm-scrape   one vLLM engine with 100,000 GPU blocks: snapshot, render, HTTP scrape
+                  (.venv-vllm/bin/python).
     drain         what one collection costs after the engine ran flat out for a while:
                   its buffered histogram samples are recorded into OpenTelemetry then.
 
@@ -24,6 +26,7 @@ Usage:
     python benchmarks/reliability.py sink-faults
     python benchmarks/reliability.py soak --events 10000000 --keys 1000000
     python benchmarks/reliability.py drain
+    .venv-vllm/bin/python benchmarks/reliability.py vllm-scrape
 """
 
 from __future__ import annotations
@@ -322,6 +325,67 @@ def engines_scrape(engines: int, scrapes: int) -> dict[str, Any]:
             "goal": "p50 <= 5 ms and <= 5x the direct render"}
 
 
+def vllm_scrape(blocks: int, scrapes: int) -> dict[str, Any]:
+    """One vLLM 0.33 ``BlockPool`` of ``blocks`` GPU blocks (half in use, half cached with
+    a prefix hash), instrumented: its snapshot, kvobs's render, prometheus_client's
+    ``generate_latest`` of the same registry and a full HTTP scrape (every scrape
+    collects), then scrapes against Telemetry's default server (one collection a
+    second), side by side round by round. Runs in ``.venv-vllm``."""
+    import random
+
+    import structlog
+    from prometheus_client import generate_latest
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    from kvobs.adapters.vllm import instrument_block_pool
+    from kvobs.recorder import Recorder
+    from kvobs.telemetry.coalesce import MIN_INTERVAL_S
+    from kvobs.telemetry.prometheus import start_metrics_server
+    from kvobs.telemetry.text import render
+
+    pool = BlockPool(blocks + 1, enable_caching=True, hash_block_size=16)
+    rec = Recorder(engine="vllm", model="bench")
+    instrument_block_pool(pool, rec)
+    held = pool.get_new_blocks(blocks)
+    rnd = random.Random(1)
+    for block in rnd.sample(held, blocks // 2):
+        block.set_block_hash(make_block_hash_with_group_id(rnd.randbytes(32), 0), 16)
+    rnd.shuffle(held)
+    pool.free_blocks(held[: blocks // 2])
+    fresh = start_metrics_server("127.0.0.1:0")
+    default = start_metrics_server("127.0.0.1:0", min_interval_s=MIN_INTERVAL_S)
+    for server in (fresh, default):
+        server.attach(rec)
+    times: dict[str, list[float]] = {k: [] for k in
+                                     ("snapshot", "render", "generate_latest", "http",
+                                      "http_default_server")}
+    steps: dict[str, Callable[[], Any]] = {
+        "snapshot": rec.snapshot,
+        "render": lambda: render(fresh.registry.collect()),
+        "generate_latest": lambda: generate_latest(fresh.registry),
+        "http": lambda: urllib.request.urlopen(fresh.url, timeout=10).read(),
+        "http_default_server": lambda: urllib.request.urlopen(default.url, timeout=10).read(),
+    }
+    try:
+        with structlog.testing.capture_logs():
+            for _ in range(scrapes):
+                for name, step in steps.items():
+                    start = time.perf_counter()
+                    step()
+                    times[name].append(time.perf_counter() - start)
+    finally:
+        fresh.close()
+        default.close()
+    gpu = rec.snapshot().tier("gpu")
+    p50 = {name: round(percentile(values, 0.5) * 1e3, 3) for name, values in times.items()}
+    return {"gpu_blocks": blocks, "in_use": gpu.in_use_blocks, "cached": gpu.cached_blocks,
+            **{f"{name}_p50_ms": value for name, value in p50.items()},
+            "http_best_ms": round(min(times["http"]) * 1e3, 3),
+            "generate_latest_over_render": round(p50["generate_latest"] / p50["render"], 2),
+            "goal": "a full HTTP scrape (every scrape collecting) <= 3 ms"}
+
+
 # --- sink faults -----------------------------------------------------------------------
 
 
@@ -490,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     long = sub.add_parser("soak")
     long.add_argument("--events", type=int, default=10_000_000)
     long.add_argument("--keys", type=int, default=1_000_000)
+    vllm = sub.add_parser("vllm-scrape", help="run with .venv-vllm/bin/python")
+    vllm.add_argument("--blocks", type=int, default=100_000)
+    vllm.add_argument("--scrapes", type=int, default=40)
     drained = sub.add_parser("drain")
     drained.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
@@ -505,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
                              servers[-1], args.nice)
     elif args.command == "engines":
         result = engines_scrape(args.engines, args.scrapes)
+    elif args.command == "vllm-scrape":
+        result = vllm_scrape(args.blocks, args.scrapes)
     elif args.command == "sink-faults":
         result = sink_faults(args.phase, args.rounds)
     else:
