@@ -20,10 +20,10 @@ Subcommands:
     drain         what one collection costs after the engine ran flat out for a while:
                   its buffered histogram samples are recorded into OpenTelemetry then.
 
-Usage:
+Usage (from the checkout's root; sink-faults reuses tests.reliability's receiver):
     python benchmarks/reliability.py scrape-load --seconds 60
     python benchmarks/reliability.py engines
-    python benchmarks/reliability.py sink-faults
+    python -m benchmarks.reliability sink-faults
     python benchmarks/reliability.py soak --events 10000000 --keys 1000000
     python benchmarks/reliability.py drain
     .venv-vllm/bin/python benchmarks/reliability.py vllm-scrape
@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "reliability"))  # the fault-injecting receiver
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -396,7 +395,7 @@ def sink_faults(phase_s: float, rounds: int) -> dict[str, Any]:
     its modes; each figure is the median over rounds of one phase's rate, so a burst of
     other work on the machine moves one phase, not the result.
     """
-    from faulty_receiver import FaultyReceiver
+    from tests.reliability.faulty_receiver import FaultyReceiver
 
     modes = ("ok", "refuse", "5xx", "stall", "blackhole")
     rates: dict[str, list[float]] = {m: [] for m in modes}

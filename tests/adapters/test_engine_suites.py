@@ -18,7 +18,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from required import REPO, missing
+
+from tests.required import REPO, missing
 
 SUITES = {
     # engine: (suite directory, the fewest tests it must run)

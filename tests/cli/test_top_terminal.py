@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from required import find_tool
+
+from tests.required import find_tool
 
 HERE = Path(__file__).resolve().parent
 KVOBS = f"{sys.executable} -m kvobs"

@@ -6,10 +6,10 @@ import itertools
 import tracemalloc
 
 import pytest
-from lru_oracle import chat_prefixes, exact_lru_hit_ratio, loop, scan_with_hot_set, zipf
 
 from kvobs.errors import ConfigError
 from kvobs.reuse import ReuseProfile, default_rate
+from tests.lru_oracle import chat_prefixes, exact_lru_hit_ratio, loop, scan_with_hot_set, zipf
 
 CAPACITY = 24_000  # blocks; the default rate for it is 1/4 (sampled; no bound at the loop)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from lru_oracle import exact_lru_event_hit_ratio, mixed_trace, zipf
 
 from kvobs.kernels._ext import native
 from kvobs.reuse import ReuseProfile
+from tests.lru_oracle import exact_lru_event_hit_ratio, mixed_trace, zipf
 
 pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built here")
 

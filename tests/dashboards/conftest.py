@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prom_tools import REPO, find_prometheus_tool
 
 from kvobs.dashboards import DASHBOARDS, dashboard_json
+from tests.dashboards.prom_tools import REPO, find_prometheus_tool
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from required import REPO, find_tool
+from tests.required import REPO, find_tool
 
 __all__ = ["REPO", "find_prometheus_tool"]
 

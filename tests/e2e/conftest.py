@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboards"))
-
-from e2e_servers import DEMO_ARGS, RULE_FILES, Server, start_demo, start_prometheus
-from prom_tools import find_prometheus_tool
+from tests.dashboards.prom_tools import find_prometheus_tool
+from tests.e2e.e2e_servers import DEMO_ARGS, RULE_FILES, Server, start_demo, start_prometheus
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import sys
 from typing import Any
 
 import pytest
-from e2e_servers import Server, poll
 
 from kvobs.report.prometheus_api import PrometheusClient
+from tests.e2e.e2e_servers import Server, poll
 
 
 def value(client: PrometheusClient, expr: str) -> float:
@@ -72,11 +72,10 @@ def test_whatif_without_reuse_data_is_a_clear_error(bare_prometheus: Server):
 
 
 def test_report_draws_the_host_pool_verdict(client, prometheus: Server, tmp_path):
-    from test_e2e_stack import read_png
-
     from kvobs.report.boards import dashboard_json
     from kvobs.report.fetch import data_panels
     from kvobs.report.render import PANELS_KEY
+    from tests.e2e.test_e2e_stack import read_png
 
     out = tmp_path / "host-pool.png"
     result = subprocess.run(

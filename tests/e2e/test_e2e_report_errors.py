@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from e2e_servers import Server, free_port
 
 from kvobs.cli import main
+from tests.e2e.e2e_servers import Server, free_port
 
 FIRST_PANEL = "panel 'Capacity per tier (tokens)', query 'sum by (tier) (kvobs_tier_capacity_tokens"
 

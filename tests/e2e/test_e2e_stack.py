@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_servers import RULE_FILES, Server, poll
 
 from kvobs.dashboards import DASHBOARDS, dashboard_json
 from kvobs.dashboards.promql import GPU_ONLY_METRICS, metric_names, substitute
@@ -28,6 +27,7 @@ from kvobs.dashboards.variables import FILTERS, all_values
 from kvobs.report.fetch import data_panels
 from kvobs.report.prometheus_api import PrometheusClient, QueryFailed, Series
 from kvobs.report.render import PANELS_KEY
+from tests.e2e.e2e_servers import RULE_FILES, Server, poll
 
 RATE_INTERVAL = "15s"
 SETTLE_S = 60

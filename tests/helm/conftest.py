@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import required
-from helm_render import CHART_DIR, HelmChart, find_tool
+
+from tests import required
+from tests.helm.helm_render import CHART_DIR, HelmChart, find_tool
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import required
 import yaml
+
+from tests import required
 
 REPO = Path(__file__).resolve().parents[2]
 # KVOBS_CHART_DIR points the tests at another copy of the chart (e.g. an unpacked package).

@@ -18,7 +18,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-from helm_render import SCENARIOS, HelmChart, Manifest, scenario_args, scenario_id
+
+from tests.helm.helm_render import SCENARIOS, HelmChart, Manifest, scenario_args, scenario_id
 
 CRDS = Path(__file__).resolve().parent / "crds"
 

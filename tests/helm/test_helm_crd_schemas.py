@@ -14,7 +14,8 @@ from typing import Any
 import pydantic
 import pytest
 from cloudcoil.models.prometheus_operator import v1 as operator
-from helm_render import SCENARIOS, HelmChart, Manifest, one, scenario_args, scenario_id
+
+from tests.helm.helm_render import SCENARIOS, HelmChart, Manifest, one, scenario_args, scenario_id
 
 MODELS: dict[str, type[pydantic.BaseModel]] = {
     "PodMonitor": operator.PodMonitor,

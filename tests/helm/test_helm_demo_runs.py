@@ -19,7 +19,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helm_render import HelmChart, dockerfile_arg, one
+
+from tests.helm.helm_render import HelmChart, dockerfile_arg, one
 
 RUNTIME_ONLY = Path(__file__).resolve().parent / "runtime_only.py"
 STARTUP_TIMEOUT_S = 90.0
@@ -95,7 +96,7 @@ def test_demo_container_serves_metrics_within_its_limits(chart: HelmChart, tmp_p
 
 
 def test_runtime_only_hides_exactly_the_dev_packages() -> None:
-    import runtime_only
+    from tests.helm import runtime_only
 
     allowed = runtime_only.runtime_closure("kvobs", {dockerfile_arg("KVOBS_EXTRAS")})
     assert {"opentelemetry-sdk", "prometheus-client", "structlog", "torch"} <= allowed

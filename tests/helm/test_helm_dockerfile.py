@@ -10,7 +10,8 @@ import json
 import subprocess
 
 import yaml
-from helm_render import CHART_DIR, REPO, dockerfile_instructions, find_tool
+
+from tests.helm.helm_render import CHART_DIR, REPO, dockerfile_instructions, find_tool
 
 DOCKERFILE = REPO / "Dockerfile"
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helm_render import REPO, HelmChart, Manifest, by_kind, one
+
+from tests.helm.helm_render import REPO, HelmChart, Manifest, by_kind, one
 
 SOURCES = {"dashboards": REPO / "dashboards" / "generated", "rules": REPO / "dashboards" / "rules"}
 CONFIGMAP_LIMIT = 1024 * 1024

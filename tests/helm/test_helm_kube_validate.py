@@ -14,7 +14,8 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from helm_render import SCENARIOS, HelmChart, Manifest, scenario_args, scenario_id
+
+from tests.helm.helm_render import SCENARIOS, HelmChart, Manifest, scenario_args, scenario_id
 
 KUBE_VERSIONS = ["1.29.0", "1.33.0"]
 CUSTOM_GROUPS = ("monitoring.coreos.com/",)

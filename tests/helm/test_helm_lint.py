@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helm_render import SCENARIOS, HelmChart, scenario_args, scenario_id
+
+from tests.helm.helm_render import SCENARIOS, HelmChart, scenario_args, scenario_id
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["discovered-api", "forced-crs"])

@@ -11,10 +11,10 @@ and for a ServiceMonitor, and pass the prometheus-operator CRD schema
 from __future__ import annotations
 
 import pytest
-from helm_render import MULTIPROCESS_VALUES, HelmChart, Manifest, by_kind, one, selects
-from test_helm_crd_schemas import crd_errors
 
 from kvobs.adapters.vllm.plugin import WORKER_PORT_OFFSET
+from tests.helm.helm_render import MULTIPROCESS_VALUES, HelmChart, Manifest, by_kind, one, selects
+from tests.helm.test_helm_crd_schemas import crd_errors
 
 ARGS = ("--values", str(MULTIPROCESS_VALUES))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from helm_render import HelmChart
+from tests.helm.helm_render import HelmChart
 
 
 def test_package_carries_files_schema_and_example(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helm_render import MONITORING_API, HelmChart, Manifest, by_kind, one, selects
+
+from tests.helm.helm_render import MONITORING_API, HelmChart, Manifest, by_kind, one, selects
 
 MONITORING_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
 

@@ -7,7 +7,8 @@ import re
 
 import pytest
 import yaml
-from helm_render import CHART_DIR, HelmChart
+
+from tests.helm.helm_render import CHART_DIR, HelmChart
 
 BAD_VALUES = [
     # (helm flags, the key path helm must name, what is wrong)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helm_render import VALUES_DIR, HelmChart, Manifest, one
+
+from tests.helm.helm_render import VALUES_DIR, HelmChart, Manifest, one
 
 WEB = ("--values", str(VALUES_DIR / "web-config.yaml"))
 

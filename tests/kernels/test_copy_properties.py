@@ -6,10 +6,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
 
 from kvobs.kernels import BlockMover, copy_blocks
 from kvobs.kernels.plan import MappingLike
+from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.int8]
 Case = tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[int, int]]]

@@ -6,10 +6,10 @@ import random
 
 import pytest
 import torch
-from kernel_helpers import filled_pool, reference_copy, same_bytes
 
 from kvobs.kernels import StreamMover, copy_blocks
 from kvobs.recorder import Recorder
+from tests.kernels.kernel_helpers import filled_pool, reference_copy, same_bytes
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -14,13 +14,13 @@ import threading
 
 import pytest
 import torch
-from fake_cuda import FakeBackend
-from kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
 
 from kvobs.kernels import BlockMover
 from kvobs.kernels.cuda_backend import CudaBackend, aliases, as_words
 from kvobs.kernels.stream_mover import StreamMover
 from kvobs.recorder import Recorder
+from tests.kernels.fake_cuda import FakeBackend
+from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
 
 
 def mover_over(layers: list[tuple[tuple[int, ...], torch.dtype]], src_blocks: int = 64,

@@ -9,10 +9,10 @@ import os
 
 import pytest
 import torch
-from kernel_helpers import IMPLEMENTATIONS, filled_pool
 
 from kvobs.kernels import NATIVE_AVAILABLE, BlockMover, TransferLink, copy_blocks
 from kvobs.recorder import Recorder
+from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool
 
 
 @pytest.mark.parametrize("native", IMPLEMENTATIONS)

@@ -9,12 +9,12 @@ import random
 
 import pytest
 import torch
-from fake_cuda import FakeBackend
-from kernel_helpers import filled_pool, reference_copy, same_bytes
 
 from kvobs.kernels.cuda_backend import CudaBackend
 from kvobs.kernels.stream_mover import StreamMover
 from kvobs.recorder import LinkRecorder, Recorder
+from tests.kernels.fake_cuda import FakeBackend
+from tests.kernels.kernel_helpers import filled_pool, reference_copy, same_bytes
 
 BLOCK = (4, 2, 8)  # 128 bytes of fp16 per block and layer
 

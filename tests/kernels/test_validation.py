@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import IMPLEMENTATIONS, filled_pool, same_bytes
 
 from kvobs.kernels import BlockMover, copy_blocks
 from kvobs.recorder import Recorder
+from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool, same_bytes
 
 
 def pools() -> tuple[torch.Tensor, torch.Tensor]:

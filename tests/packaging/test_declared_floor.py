@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from required import REPO, missing
+from tests.required import REPO, missing
 
 FLOOR = REPO / ".venv-floor" / "bin" / "python"
 SUITES = ("tests/telemetry", "tests/reliability/test_web_config.py",

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from required import REPO, find_tool, missing
+
+from tests.required import REPO, find_tool, missing
 
 INDEX = "http://torch-index.invalid/whl/cpu"
 TORCH_PIN = "torch==2.13.0"

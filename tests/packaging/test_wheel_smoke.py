@@ -31,8 +31,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from e2e.e2e_servers import Server, http_ok, poll, start_prometheus
-from required import REPO, find_tool, missing
+
+from tests.e2e.e2e_servers import Server, http_ok, poll, start_prometheus
+from tests.required import REPO, find_tool, missing
 
 TORCH_PIN = "torch==2.13.0"
 
@@ -278,11 +279,7 @@ def test_five_second_demo_is_watched_by_kvobs_top(fresh_venv, tmp_path):
 
 def test_readme_example_runs_against_the_installed_package(fresh_venv, tmp_path):
     root, env = fresh_venv
-    sys.path.insert(0, str(REPO / "tests" / "cli"))
-    try:
-        from test_front_door import readme_example
-    finally:
-        sys.path.pop(0)
+    from tests.cli.test_front_door import readme_example
     script = tmp_path / "readme.py"
     script.write_text(
         "import doctest, sys\n"

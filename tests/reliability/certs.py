@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from required import missing
+from tests.required import missing
 
 
 @dataclass(frozen=True)

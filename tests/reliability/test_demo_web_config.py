@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from certs import Pki, make_ca
-from e2e_servers import Server, free_port, poll
-from required import missing
+
+from tests.e2e.e2e_servers import Server, free_port, poll
+from tests.reliability.certs import Pki, make_ca
+from tests.required import missing
 
 try:
     from kvobs.telemetry.webconfig import hash_password

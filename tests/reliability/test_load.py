@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import socket
 import struct
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_servers import DEMO_ARGS, start_demo
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from reliability import Scrapers, engines_scrape, percentile, scrape_load  # noqa: E402
+from benchmarks.reliability import Scrapers, engines_scrape, percentile, scrape_load
+from tests.e2e.e2e_servers import DEMO_ARGS, start_demo
 
 SCRAPERS = 16
 

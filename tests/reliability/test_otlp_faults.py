@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import structlog
-from faulty_receiver import FaultyReceiver
 
 from kvobs.recorder import Recorder
 from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.otlp import otlp_reader
 from kvobs.telemetry.prometheus import start_metrics_server
+from tests.reliability.faulty_receiver import FaultyReceiver
 
 INTERVAL_S = 0.2
 TIMEOUT_S = 0.5  # the receiver stalls for 3 s: well past it

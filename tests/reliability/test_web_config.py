@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from certs import Pki, make_ca
-from required import missing
 
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder
 from kvobs.telemetry.auth import hash_password
 from kvobs.telemetry.prometheus import MetricsServer, start_metrics_server
 from kvobs.telemetry.webconfig import load_web_config
+from tests.reliability.certs import Pki, make_ca
+from tests.required import missing
 
 try:
     import bcrypt

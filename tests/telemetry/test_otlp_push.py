@@ -2,12 +2,12 @@
 
 import pytest
 import structlog
-from otlp_receiver import OtlpReceiver
-from scripted import scripted_recorder
 
 from kvobs.errors import ConfigError
 from kvobs.exporter import Telemetry
 from kvobs.telemetry.otlp import metrics_url
+from tests.telemetry.otlp_receiver import OtlpReceiver
+from tests.telemetry.scripted import scripted_recorder
 
 
 def test_push_arrives_with_exact_values():

@@ -7,11 +7,11 @@ from __future__ import annotations
 import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from scripted import scripted_recorder
 
 from kvobs.catalog import METRICS
 from kvobs.telemetry.exposition import SnapshotCollector
 from kvobs.testing import capture_telemetry
+from tests.telemetry.scripted import scripted_recorder
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 KINDS = {spec.name: spec.kind for spec in METRICS}

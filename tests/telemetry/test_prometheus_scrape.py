@@ -5,13 +5,13 @@ import urllib.request
 import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
-from scripted import scripted_recorder
 
 from kvobs.catalog import METRICS
 from kvobs.errors import ConfigError
 from kvobs.exporter import Telemetry
 from kvobs.recorder import Recorder
 from kvobs.telemetry.prometheus import start_metrics_server
+from tests.telemetry.scripted import scripted_recorder
 
 
 def scrape(url):

@@ -2,10 +2,10 @@
 
 import structlog
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from scripted import scripted_recorder
 
 from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.summary import SummaryLogger
+from tests.telemetry.scripted import scripted_recorder
 
 
 def metric_names(reader):

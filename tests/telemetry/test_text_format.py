@@ -10,12 +10,12 @@ import urllib.request
 import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
-from scripted import scripted_recorder
 
 from kvobs.recorder import Recorder
 from kvobs.telemetry.exposition import SnapshotCollector
 from kvobs.telemetry.prometheus import start_metrics_server
 from kvobs.telemetry.text import render
+from tests.telemetry.scripted import scripted_recorder
 
 
 def awkward_recorder() -> Recorder:

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from lru_oracle import Event, exact_lru_event_hit_ratio
 
 from kvobs.pool import ServingLoop, TieredKVPool
 from kvobs.pool.workload import ChatWorkload, WorkloadConfig
 from kvobs.presets import preset_layout
 from kvobs.recorder import Recorder
 from kvobs.trace import TraceWriter, read_trace
+from tests.lru_oracle import Event, exact_lru_event_hit_ratio
 
 
 def kvobs(*args: str) -> subprocess.CompletedProcess[str]:

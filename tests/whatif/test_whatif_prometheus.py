@@ -17,11 +17,11 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from e2e.e2e_servers import poll, start_prometheus
-from lru_oracle import exact_lru_hit_ratio, zipf
-from required import find_tool
 
 import kvobs
+from tests.e2e.e2e_servers import poll, start_prometheus
+from tests.lru_oracle import exact_lru_hit_ratio, zipf
+from tests.required import find_tool
 
 ENGINES = {"a": (64, 1), "b": (64, 2), "c": (200, 3)}  # engine: (capacity, seed)
 

@@ -17,7 +17,14 @@ import time
 
 import pytest
 import structlog.testing
-from lmcache_objects import (
+
+from kvobs.adapters import AdapterError
+from kvobs.adapters._hooks import MARKER
+from kvobs.adapters.lmcache import engine as engine_adapter
+from kvobs.adapters.lmcache import instrument_lmcache_engine
+from kvobs.recorder import Recorder
+from kvobs.testing import Conformance
+from tests.engines.lmcache056.lmcache_objects import (
     CHUNK,
     CHUNK_BYTES,
     COUNTERS,
@@ -30,13 +37,6 @@ from lmcache_objects import (
     destroy_all,
     lmcache_metrics,
 )
-
-from kvobs.adapters import AdapterError
-from kvobs.adapters._hooks import MARKER
-from kvobs.adapters.lmcache import engine as engine_adapter
-from kvobs.adapters.lmcache import instrument_lmcache_engine
-from kvobs.recorder import Recorder
-from kvobs.testing import Conformance
 
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:

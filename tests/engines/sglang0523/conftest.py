@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from scheduler_loop import install_stand_ins
+
+from tests.engines.sglang0523.scheduler_loop import install_stand_ins
 
 
 @pytest.fixture

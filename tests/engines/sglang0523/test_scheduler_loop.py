@@ -32,7 +32,6 @@ import random
 
 import pytest
 import structlog.testing
-from scheduler_loop import Engine, install_timing_stand_in
 from sglang.srt.managers.cache_controller import HiCacheController
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.hicache_storage import PoolName
@@ -47,6 +46,7 @@ from kvobs.adapters.sglang import host as host_adapter
 from kvobs.adapters.sglang import instrument_cache_controller, instrument_token_allocator
 from kvobs.recorder import Recorder
 from kvobs.testing import Conformance
+from tests.engines.sglang0523.scheduler_loop import Engine, install_timing_stand_in
 
 PAGE = 16
 

@@ -17,7 +17,14 @@ from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.radix_cache import RadixCache
-from sglang_objects import (
+
+from kvobs.adapters import AdapterError
+from kvobs.adapters._hooks import MARKER
+from kvobs.adapters.sglang import gpu as adapter
+from kvobs.adapters.sglang import instrument_host_pool, instrument_token_allocator
+from kvobs.recorder import Recorder
+from kvobs.testing import Conformance
+from tests.engines.sglang0523.sglang_objects import (
     PAGE,
     TOKENS,
     device_pool,
@@ -27,13 +34,6 @@ from sglang_objects import (
     paged_allocator,
     radix_cache,
 )
-
-from kvobs.adapters import AdapterError
-from kvobs.adapters._hooks import MARKER
-from kvobs.adapters.sglang import gpu as adapter
-from kvobs.adapters.sglang import instrument_host_pool, instrument_token_allocator
-from kvobs.recorder import Recorder
-from kvobs.testing import Conformance
 
 PROMPT = list(range(1000, 1000 + 4 * PAGE))   # 4 pages
 

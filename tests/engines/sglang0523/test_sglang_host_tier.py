@@ -10,7 +10,16 @@ import torch
 from sglang.srt.managers.cache_controller import HiCacheController
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.pool_host import mha as host_mha
-from sglang_objects import (
+
+from kvobs.adapters.sglang import host as adapter
+from kvobs.adapters.sglang import (
+    instrument_cache_controller,
+    instrument_host_pool,
+    instrument_token_allocator,
+)
+from kvobs.recorder import Recorder
+from kvobs.testing import Conformance
+from tests.engines.sglang0523.sglang_objects import (
     PAGE,
     both,
     controller,
@@ -24,15 +33,6 @@ from sglang_objects import (
     paged_allocator,
     radix_cache,
 )
-
-from kvobs.adapters.sglang import host as adapter
-from kvobs.adapters.sglang import (
-    instrument_cache_controller,
-    instrument_host_pool,
-    instrument_token_allocator,
-)
-from kvobs.recorder import Recorder
-from kvobs.testing import Conformance
 
 PROMPT = list(range(2000, 2000 + 4 * PAGE))
 

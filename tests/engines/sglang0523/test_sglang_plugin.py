@@ -41,16 +41,16 @@ from typing import Any
 import pytest
 import sglang.srt.plugins
 import structlog.testing
-from scheduler_loop import Engine
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
 from sglang.srt.runtime_context import get_parallel, get_server_args
-from test_scheduler_loop import host_hit_workload
 
 from kvobs.adapters._hooks import MARKER
 from kvobs.adapters.sglang import plugin
 from kvobs.testing import Conformance
 from kvobs.top.scrape import fetch
+from tests.engines.sglang0523.scheduler_loop import Engine
+from tests.engines.sglang0523.test_scheduler_loop import host_hit_workload
 
 PAGE = 16
 #: The ranks of the scheduler built end to end: TP rank 1 of 2 in data-parallel replica 1.

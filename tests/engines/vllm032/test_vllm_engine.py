@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import EngineRun, Samples, run_engine
-from engine_run import BLOCK, GPU_BLOCKS, HOST_CHUNKS, MODEL, host_chunk_bytes
+
+from tests.engines.vllm032.conftest import EngineRun, Samples, run_engine
+from tests.engines.vllm032.engine_run import BLOCK, GPU_BLOCKS, HOST_CHUNKS, MODEL, host_chunk_bytes
 
 ENGINE_LABELS = {"dp_rank", "engine", "model"}
 OWN_LABELS = {"tier", "state", "reason", "outcome", "src_tier", "dst_tier", "component", "le",

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import structlog
 import vllm.plugins
-from hisparse_engine import BLOCK, HiSparseDriver, build_hisparse_scheduler, page_bytes
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
@@ -28,6 +27,12 @@ from kvobs.adapters.vllm.capacity import gpu_tier_capacity
 from kvobs.adapters.vllm.manager import VllmInstrumentation
 from kvobs.capacity import CapacityPlan
 from kvobs.recorder import Recorder
+from tests.engines.vllm033.hisparse_engine import (
+    BLOCK,
+    HiSparseDriver,
+    build_hisparse_scheduler,
+    page_bytes,
+)
 
 MAX_MODEL_LEN = 1024
 

@@ -16,7 +16,6 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
-from vllm_objects import admit, kv_cache_manager, request
 
 from kvobs.adapters import AdapterError
 from kvobs.adapters.vllm import (
@@ -25,6 +24,7 @@ from kvobs.adapters.vllm import (
     instrument_offloading_worker,
 )
 from kvobs.recorder import Recorder
+from tests.engines.vllm033.vllm_objects import admit, kv_cache_manager, request
 
 CHUNKS = 8
 
@@ -219,9 +219,9 @@ def test_kvobs_failure_inside_a_store_is_counted_not_raised():
 
 def test_capacities_come_from_vllms_own_config_objects():
     from vllm.v1.kv_offload.cpu.common import CPUOffloadingInfo
-    from vllm_objects import kv_cache_config, page_bytes
 
     from kvobs.adapters.vllm import gpu_tier_capacity, host_tier_capacity
+    from tests.engines.vllm033.vllm_objects import kv_cache_config, page_bytes
 
     gpu = gpu_tier_capacity(kv_cache_config(1000))
     assert (gpu.blocks, gpu.block_tokens, gpu.block_bytes) == (999, 16, 4 * page_bytes())

@@ -22,14 +22,19 @@ import pytest
 import structlog
 import vllm.plugins
 from prometheus_client.parser import text_string_to_metric_families
-from test_vllm_tiering import CpuCopyWorker, WorkerLoop, tiering_scheduler, worker_connector
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
     OffloadingConnectorWorker,
 )
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm_engine import EngineDriver, build_scheduler
 
 from kvobs.adapters.vllm import plugin
+from tests.engines.vllm033.test_vllm_tiering import (
+    CpuCopyWorker,
+    WorkerLoop,
+    tiering_scheduler,
+    worker_connector,
+)
+from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -288,7 +293,7 @@ def test_plugin_telemetry_pushes_otlp_and_logs_summaries(monkeypatch, tmp_path):
     """``Telemetry.start`` in the plugin: ``OTEL_EXPORTER_OTLP_ENDPOINT`` is honoured and
     the periodic ``kv_cache_summary`` event is logged, with the rank on both."""
     monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "telemetry"))
-    from otlp_receiver import OtlpReceiver
+    from tests.telemetry.otlp_receiver import OtlpReceiver
 
     monkeypatch.setenv("KVOBS_ENABLE", "1")
     monkeypatch.setenv("KVOBS_METRICS_ADDR", "")
@@ -325,7 +330,8 @@ def test_single_process_executor_shares_one_endpoint_and_counted_links(loaded, t
     process before the scheduler exists. One recorder, one endpoint; the worker's timings
     land on the links the scheduler counts."""
     from vllm.v1.structured_output import StructuredOutputManager
-    from vllm_engine import build_vllm_config, layer_specs, plan_kv_cache
+
+    from tests.engines.vllm033.vllm_engine import build_vllm_config, layer_specs, plan_kv_cache
 
     config = build_vllm_config(tmp_path, cpu_bytes=1 << 20, max_model_len=63 * 16)
     config.parallel_config.distributed_executor_backend = "uni"

@@ -19,7 +19,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from test_vllm_plugin import scrape, value
+from tests.engines.vllm033.test_vllm_plugin import scrape, value
 
 HERE = Path(__file__).parent
 

@@ -17,12 +17,18 @@ from typing import Any
 import numpy as np
 import pytest
 from structlog.testing import capture_logs
-from vllm_engine import EngineDriver, build_scheduler, build_vllm_config, layer_specs, plan_kv_cache
 
 from kvobs.adapters.vllm import BlockPoolInstrumentation, gpu_tier_capacity, instrument_scheduler
 from kvobs.adapters.vllm.manager import VllmInstrumentation
 from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
 from kvobs.testing import Conformance, capture_telemetry
+from tests.engines.vllm033.vllm_engine import (
+    EngineDriver,
+    build_scheduler,
+    build_vllm_config,
+    layer_specs,
+    plan_kv_cache,
+)
 
 CHUNK_BYTES = 16384  # one GPU block of the test model (2 layers, fp16) = one host chunk
 

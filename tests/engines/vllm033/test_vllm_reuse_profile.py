@@ -20,10 +20,10 @@ import random
 from pathlib import Path
 
 import pytest
-from vllm_engine import EngineDriver, build_scheduler
 
 from kvobs.adapters.vllm import instrument_scheduler
 from kvobs.recorder import Recorder
+from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
 
 CHUNK_BYTES = 16384  # one GPU block of the test model = one host chunk
 GPU_BLOCKS, HOST_CHUNKS = 48, 96

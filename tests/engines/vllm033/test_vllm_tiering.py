@@ -30,7 +30,6 @@ from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.structured_output import StructuredOutputManager
-from vllm_engine import EngineDriver, build_vllm_config, layer_specs, plan_kv_cache
 
 from kvobs.adapters._hooks import AdapterError
 from kvobs.adapters.vllm import plugin
@@ -43,6 +42,12 @@ from kvobs.adapters.vllm.tiering import (
 )
 from kvobs.recorder import Recorder
 from kvobs.testing import Conformance, capture_telemetry
+from tests.engines.vllm033.vllm_engine import (
+    EngineDriver,
+    build_vllm_config,
+    layer_specs,
+    plan_kv_cache,
+)
 
 BLOCK = 16
 
