@@ -34,12 +34,11 @@ Example:
 
 from __future__ import annotations
 
-import os
 import threading
 
-import structlog
-
 from kvobs.errors import ConfigError
+from kvobs.telemetry.logs import get_logger
+from kvobs.telemetry.settings import read_env, seconds
 
 SOURCES: tuple[str, ...] = ("none", "configured", "modelled", "measured")
 _FORGET = 0.999
@@ -50,7 +49,14 @@ _SOLVE_EVERY = 8  # observations between two solves of the normal equations
 
 
 ENV_VAR = "KVOBS_PREFILL_SECONDS_PER_TOKEN"
-_log = structlog.get_logger("kvobs")
+_log = get_logger("kvobs")
+
+
+def _ignored(variable: str, value: str, reason: str, default: object) -> None:
+    """An invalid ``KVOBS_PREFILL_SECONDS_PER_TOKEN`` is said and ignored (the cost is then
+    unknown until measured), as every setting inside an engine is."""
+    _log.warning("kvobs_setting_ignored", variable=variable, value=value, error=reason,
+                 using="none")
 
 
 class PrefillCost:
@@ -66,13 +72,10 @@ class PrefillCost:
         #: Relative standard error of the last fit (inf until a fit was made).
         self.relative_error = float("inf")
         self._fallback = (0.0, "none")  # what a poor fit falls back to
-        raw = os.environ.get(ENV_VAR, "").strip()
-        if raw:
-            try:
-                self.set(float(raw))
-            except (ValueError, ConfigError) as exc:
-                _log.warning("invalid_environment_variable", variable=ENV_VAR, value=raw,
-                             error=str(exc), action="ignored: pass seconds, e.g. 2.5e-5")
+        configured = read_env(ENV_VAR, seconds("pass seconds, e.g. 2.5e-5"), None,
+                              on_invalid=_ignored)
+        if configured is not None:
+            self.set(configured)
         self._lock = threading.Lock()
         # Normal equations of the fit over x = (1, prefill, decode), with forgetting.
         self._xtx = [[0.0] * 3 for _ in range(3)]
