@@ -239,8 +239,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "kvobs_prefill_saved_seconds_total",
         "s",
         _T,
-        "Prefill compute seconds saved by hits in a slower tier (host, disk): hit tokens x "
-        "the prefill cost per token. Compare with the onload transfers' seconds.",
+        "Prefill compute seconds saved by hits in a slower tier (host, disk), re-lookups of "
+        "preempted requests included: hit tokens x the prefill cost per token. Compare with "
+        "the onload transfers' seconds.",
     ),
     _g(
         "kvobs_prefill_cost_seconds",

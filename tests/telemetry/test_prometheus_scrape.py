@@ -92,6 +92,8 @@ def test_every_exported_name_is_in_the_catalog_and_counters_keep_growing(telemet
     nvml_only = {n for n in names if "gpu_memory" in n or "pcie" in n}
     only_when_known = {"kvobs_instrumentation_errors_total",  # after a failure
                        "kvobs_prefill_cost_relative_error",   # once a fit was made
+                       # where the adapter tells preempted re-lookups apart (vLLM)
+                       "kvobs_preempted_lookups_total", "kvobs_preempted_lookup_tokens_total",
                        # where the engine has hot buffers (vLLM HiSparse)
                        "kvobs_hot_buffer_lookups_total", "kvobs_hot_buffer_load_bytes_total"}
     assert (

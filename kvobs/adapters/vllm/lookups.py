@@ -5,7 +5,9 @@ it admits (after allocating its blocks), which is exactly the lookup its own pre
 hit rate counts; lookups of requests that were not admitted are not counted, and
 re-admissions of preempted requests go to vLLM's ``preempted_*`` figures, not to
 ``queries`` / ``hits``. kvobs counts the same calls the same way, whether or not
-vLLM's ``log_stats`` is on.
+vLLM's ``log_stats`` is on: a preempted request's re-lookup is exported on its own
+(``kvobs_preempted_lookup*``), and its host / disk hits count in the saved prefill (a
+host hit there spares the recompute the preemption would otherwise cost).
 
 Host and disk hits, with the whole scheduler instrumented, are split as vLLM splits its
 own ``hits_by_source``: after the connector's ``update_state_after_alloc`` (which plans
@@ -101,14 +103,18 @@ class ExternalHits:
         self.rec = rec
         self.max_requests = max_requests
         self._pending: dict[str, tuple[int, int]] = {}
-        self._held: dict[str, tuple[int, int, Sequence[Any] | None]] = {}
+        self._held: dict[str, tuple[int, int, Sequence[Any] | None, bool]] = {}
 
     def arrive(self, request_id: str, host: int, disk: int) -> None:
         """``request_id``'s external hits were planned: ``host`` / ``disk`` tokens."""
         held = self._held.pop(request_id, None)
         if held is not None:
-            tokens, gpu_hit, keys = held
-            self.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=disk, keys=keys)
+            tokens, gpu_hit, keys, preempted = held
+            if preempted:
+                self.rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=disk)
+            else:
+                self.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=disk,
+                                keys=keys)
             return
         pending = self._pending
         pending[request_id] = (host, disk)
@@ -120,10 +126,11 @@ class ExternalHits:
         return self._pending.pop(request_id, _NO_HITS)
 
     def hold(self, request_id: str, tokens: int, gpu_hit: int,
-             keys: Sequence[Any] | None) -> None:
-        """Record ``request_id``'s lookup when its (deferred) hits arrive."""
+             keys: Sequence[Any] | None, preempted: bool = False) -> None:
+        """Record ``request_id``'s lookup (``preempted``: re-lookup) when its (deferred)
+        hits arrive."""
         held = self._held
-        held[request_id] = (tokens, gpu_hit, keys)
+        held[request_id] = (tokens, gpu_hit, keys, preempted)
         if len(held) > self.max_requests:
             del held[next(iter(held))]
 
@@ -139,8 +146,9 @@ _NO_HITS = (0, 0)
 class LookupInstrumentation(Instrumentation):
     """Wrapper on ``KVCacheManager.record_prefix_cache_stats``.
 
-    ``preempted_lookups`` counts re-lookups of preempted requests, which vLLM's hit rate
-    (and so kvobs's lookup series) leaves out. Where the hits come from: ``external``
+    Re-lookups of preempted requests, which vLLM's hit rate (and so kvobs's lookup
+    series) leaves out, go to :meth:`~kvobs.recorder.Recorder.relookup`: their own series,
+    their host and disk hits in the saved prefill. Where the hits come from: ``external``
     (the connector's own split, see :class:`ExternalHits`; with ``deferred``, the
     scheduler's ``deferred_loads``) when the connector is instrumented, else the chunks
     the offloading manager pinned (``host_hits``) of which ``disk_hits`` came from disk
@@ -151,7 +159,6 @@ class LookupInstrumentation(Instrumentation):
     disk_hits: TierHits | None = None  # left by the tiering adapter
     external: ExternalHits | None = None
     deferred: Any = None  # Scheduler.deferred_loads
-    preempted_lookups: int = 0
     keyed: bool = True  # pass the request's block hashes (reuse profile, trace)
 
 
@@ -167,17 +174,20 @@ def _recorded(inst: LookupInstrumentation, state: None, result: None, request: A
         pinned = inst.host_hits.take(request_id) if inst.host_hits is not None else 0
         disk = inst.disk_hits.take(request_id) if inst.disk_hits is not None else 0
         host = pinned - disk  # chunks promoted from disk are pinned in the host tier too
-    if request.num_preemptions > 0:  # vLLM's PrefixCacheStats counts these apart
-        inst.preempted_lookups += 1
-        return
     tokens = request.num_tokens
-    keys = request.block_hashes if inst.keyed else None  # the prompt's full GPU blocks
+    preempted = request.num_preemptions > 0  # vLLM's PrefixCacheStats counts these apart
+    keys = request.block_hashes if inst.keyed and not preempted else None
     deferred = inst.deferred
     if deferred and external is not None and request_id in deferred:
-        external.hold(request_id, tokens, num_hits, None if keys is None else list(keys))
+        external.hold(request_id, tokens, num_hits, None if keys is None else list(keys),
+                      preempted)
         return
     left = tokens - num_hits
     host = min(host, left)
+    if preempted:
+        inst.rec.relookup(tokens, gpu_hit=num_hits, host_hit=host,
+                          disk_hit=min(disk, left - host))
+        return
     inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, disk_hit=min(disk, left - host),
                     keys=keys)
 
@@ -194,7 +204,8 @@ def instrument_lookups(manager: Any, rec: Recorder, host_hits: HostHits | None =
 
     Counted as vLLM's ``PrefixCacheStats`` counts them (``queries`` / ``hits``): requests
     admitted with a prefix-cache lookup, first admissions only (re-admissions after a
-    preemption are tallied in ``preempted_lookups``), whether or not ``log_stats`` is on.
+    preemption are re-lookups, :meth:`~kvobs.recorder.Recorder.relookup`: their own
+    series, their host hits in the saving), whether or not ``log_stats`` is on.
     Each lookup carries the request's block hashes (``request.block_hashes``: one per
     full GPU block of its tokens, in order) as keys, for the reuse-distance profile and
     the ``KVOBS_TRACE_OUT`` trace (``keyed=False``: none).
@@ -223,6 +234,8 @@ def instrument_lookups(manager: Any, rec: Recorder, host_hits: HostHits | None =
         inst.external = external
         inst.deferred = deferred
         inst.keyed = keyed
+        if active:
+            rec.track_relookups()
         return inst
 
     return instrument(manager, SPEC, make)

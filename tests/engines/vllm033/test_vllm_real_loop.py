@@ -128,7 +128,9 @@ def test_returning_conversations_equal_vllm_at_every_step(tmp_path: Path) -> Non
 def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=24, cpu_bytes=128 * CHUNK_BYTES),
                           transfer_delay=1)
-    rec, inst, kit = instrumented(driver)
+    rec, _inst, kit = instrumented(driver)
+    cost = 2e-6
+    rec.prefill_cost.set(cost)
     rnd = random.Random(1)
     for i in range(8):
         driver.add(f"long-{i}", [rnd.randrange(1000) for _ in range(90)], max_tokens=60)
@@ -141,8 +143,23 @@ def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path: Path) -> N
     assert snap.lookups.lookups == 8  # first admissions only, as vLLM's queries / hits
     assert snap.lookups.tokens == driver.prefix_queries
     assert snap.lookups.gpu_hit == driver.prefix_hits
-    lookups = inst.part("vllm.kv_cache_manager")
-    assert getattr(lookups, "preempted_lookups", None) == driver.preempted_requests
+    assert snap.lookups.host_hit == driver.connector_hits
+    # re-lookups of preempted requests: their own series, vLLM's preempted_* figures
+    relookups = snap.relookups
+    assert relookups is not None
+    assert relookups.lookups == driver.preempted_requests
+    assert relookups.tokens == driver.preempted_queries
+    assert relookups.gpu_hit == driver.preempted_hits
+    assert relookups.host_hit == driver.connector_preempted_hits > 0, \
+        "a preempted request must find its offloaded prefix in the host tier"
+    # ... whose host hits spare a recompute: they are in the saving
+    assert snap.benefit.prefill_cost_source == "configured"
+    assert snap.benefit.host_saved_s == pytest.approx(
+        (driver.connector_hits + driver.connector_preempted_hits) * cost, rel=1e-9)
+    with capture_telemetry(rec) as telemetry:
+        assert telemetry.value("kvobs_preempted_lookups_total") == driver.preempted_requests
+        assert telemetry.value("kvobs_preempted_lookup_tokens_total", outcome="host_hit") == \
+            driver.connector_preempted_hits
     assert snap.errors == {}
 
 

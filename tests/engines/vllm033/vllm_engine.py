@@ -271,6 +271,8 @@ class EngineDriver:
         self.prefix_hits = 0
         self.preempted_queries = 0
         self.preempted_requests = 0
+        self.preempted_hits = 0            # vLLM's GPU hits of those re-lookups
+        self.connector_preempted_hits = 0  # and the connector's (host) hits
         self.connector_queries = 0
         self.connector_hits = 0
         self.vllm_store_bytes = 0
@@ -481,10 +483,12 @@ class EngineDriver:
             self.prefix_hits += prefix.hits
             self.preempted_queries += getattr(prefix, "preempted_queries", 0)
             self.preempted_requests += getattr(prefix, "preempted_requests", 0)
+            self.preempted_hits += getattr(prefix, "preempted_hits", 0)
         external = getattr(stats, "connector_prefix_cache_stats", None)
         if external is not None:
             self.connector_queries += external.queries
             self.connector_hits += external.hits
+            self.connector_preempted_hits += getattr(external, "preempted_hits", 0)
         self._add_connector_stats(getattr(stats, "kv_connector_stats", None))
         return stats
 
