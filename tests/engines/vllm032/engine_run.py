@@ -232,6 +232,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     account: dict[str, Any] = {"mode": mode, "built_s": built_s, "kvobs_port": kvobs_port,
                                "requests": [], "steps": []}
     metrics_url = f"http://127.0.0.1:{kvobs_port}/metrics"
+    hold("ready", "go", {"kvobs_port": kvobs_port})  # a scraper sees the counters at 0
     from vllm import SamplingParams
 
     step_checks = mode == "single"
@@ -312,6 +313,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
         core = engine.engine_core.engine_core
         worker = core.model_executor.driver_worker.worker.model_runner
         account["host_buffer_bytes"] = host_buffer_bytes(worker)
+    hold("done", "release", {})  # a scraper reads the final counters
     account["outputs"] = outputs
     import psutil
 
@@ -322,6 +324,20 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     account["left_running"] = [p.pid for p in children if still_running(p)]
     event_log.close()
     out.write_text(json.dumps(account))
+
+
+def hold(mark: str, wait_for: str, note: dict[str, Any], limit_s: float = 180.0) -> None:
+    """With ``KVOBS_TEST_HOLD_DIR`` set: write ``mark`` (JSON ``note``) there and wait
+    until the test writes ``wait_for`` (a Prometheus scraping the engine meanwhile)."""
+    folder = os.environ.get("KVOBS_TEST_HOLD_DIR")
+    if not folder:
+        return
+    (Path(folder) / mark).write_text(json.dumps(note))
+    deadline = time.monotonic() + limit_s
+    while not (Path(folder) / wait_for).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"engine_run: nobody wrote {wait_for} in {limit_s:g} s")
+        time.sleep(0.1)
 
 
 def host_buffer_bytes(model_runner: Any) -> int:
