@@ -184,7 +184,7 @@ def test_a_tree_cache_of_unknown_type_is_logged_once_and_sglang_goes_on(stand_in
     assert engine.run() > 0 and len(engine.finished) == 1
 
 
-def test_a_taken_port_moves_up_and_a_bad_address_is_logged_once(stand_ins, loader):
+def test_a_taken_port_moves_up_and_a_bad_address_is_said_and_ignored(stand_ins, loader):
     engine = Engine(tokens=256, host_ratio=4.0)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -199,14 +199,16 @@ def test_a_taken_port_moves_up_and_a_bad_address_is_logged_once(stand_ins, loade
     assert not warnings(logs)
     plugin.disable()
 
+    # A bad value never disables kvobs: one warning names it and the default it uses.
     loader.setenv("KVOBS_METRICS_ADDR", "127.0.0.1:notaport")
     with structlog.testing.capture_logs() as logs:
         build_scheduler()
-    failed = warnings(logs)
-    assert [log["event"] for log in failed] == ["kvobs_instrument_failed"]
-    assert "KVOBS_METRICS_ADDR" in failed[0]["error"]
-    assert plugin.state().recorder is None
-    assert not hasattr(engine.allocator, MARKER) and not hasattr(engine.controller, MARKER)
+    said = warnings(logs)
+    assert [log["event"] for log in said] == ["kvobs_setting_ignored"]
+    assert said[0]["variable"] == "KVOBS_METRICS_ADDR" and said[0]["using"] == "127.0.0.1:9464"
+    assert plugin.state().recorder is not None and hasattr(engine.allocator, MARKER)
+    assert fetch(plugin.state().telemetry.metrics_url).ok
+    plugin.disable()
 
 
 def test_a_host_tier_kvobs_cannot_instrument_leaves_the_gpu_tier(stand_ins, loader):
