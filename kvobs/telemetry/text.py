@@ -20,7 +20,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
@@ -33,6 +34,8 @@ _TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram",
           "gaugehistogram": "histogram", "unknown": "untyped"}
 _SUFFIX = {"counter": "_total", "info": "_info"}
 _OPENMETRICS_ONLY = ("_created", "_gsum", "_gcount")
+#: prometheus_client's float formatting (Go's, where Python's differs): the same bytes.
+_go_float = cast(Callable[[float], str], floatToGoString)
 
 
 def _escape(value: str) -> str:
@@ -64,7 +67,7 @@ def _line(sample: Sample) -> str:
     value = sample.value
     # Whole numbers below 10**6 read the same in Go's and Python's float formats.
     shown = f"{value}.0" if type(value) is int and -10**6 < value < 10**6 \
-        else floatToGoString(value)
+        else _go_float(value)
     return f"{sample.name}{text} {shown}{stamp}\n"
 
 
