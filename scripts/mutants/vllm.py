@@ -17,6 +17,7 @@ def mutants() -> list[Mutant]:
     lookups, hisparse = f"{ADAPTERS}/lookups.py", f"{ADAPTERS}/hisparse.py"
     lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
               "disk_hit=min(disk, left - host),")
+    relookup = "rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit="
     generated = '                  f"        tier.{field} += {hook.count}\\n"'
     return [
         # the GPU tier (BlockPool): allocate through the generated counting wrapper
@@ -83,6 +84,12 @@ def mutants() -> list[Mutant]:
         *keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
         *keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
         *lookup_count(lookups, lookup),
+        # re-lookups of preempted requests: their own series, their host hits saved
+        *recorder_call("relookup.tokens", lookups, relookup, "tokens"),
+        *keyword("relookup.host_hit", lookups, relookup, "host_hit", "host"),
+        *counter_add("relookup.saved(host)", "kvobs/recorder.py",
+                     "self.host_saved_s += host_hit * cost\n            self.disk_saved_s "
+                     "+= disk_hit * cost\n\n    def open_trace", "host_hit * cost"),
         # vLLM HiSparse: page transfers, host stores and hot buffers (tests/engines/vllm033)
         *transfer("hisparse.writeback", hisparse,
                   "inst.writeback.transfer(1, inst.page_bytes * inst.writeback_copies)", "1",

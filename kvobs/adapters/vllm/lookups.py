@@ -111,7 +111,7 @@ class ExternalHits:
         if held is not None:
             tokens, gpu_hit, keys, preempted = held
             if preempted:
-                self.rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=disk)
+                relookup(self.rec, tokens, gpu_hit, host, disk)
             else:
                 self.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=disk,
                                 keys=keys)
@@ -182,14 +182,21 @@ def _recorded(inst: LookupInstrumentation, state: None, result: None, request: A
         external.hold(request_id, tokens, num_hits, None if keys is None else list(keys),
                       preempted)
         return
+    if preempted:
+        relookup(inst.rec, tokens, num_hits, host, disk)
+        return
     left = tokens - num_hits
     host = min(host, left)
-    if preempted:
-        inst.rec.relookup(tokens, gpu_hit=num_hits, host_hit=host,
-                          disk_hit=min(disk, left - host))
-        return
     inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, disk_hit=min(disk, left - host),
                     keys=keys)
+
+
+def relookup(rec: Recorder, tokens: int, gpu_hit: int, host: int, disk: int) -> None:
+    """A preempted request's re-lookup (its own series; its host / disk hits saved), the
+    hits split as a first lookup's are."""
+    left = tokens - gpu_hit
+    host = min(host, left)
+    rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=min(disk, left - host))
 
 
 SPEC = AdapterSpec(COMPONENT, ("KVCacheManager",), (
