@@ -63,7 +63,7 @@ def apply(mutant: Mutant, tree: Path) -> None:
 def suite_env(tree: Path) -> dict[str, str]:
     """The environment the suites run in: the mutant tree first on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVOBS_", "PYTEST_"))}
-    env["PYTHONPATH"] = str(tree)
+    env["PYTHONPATH"] = os.pathsep.join((str(tree), str(REPO)))  # REPO: the tests package
     return env
 
 
@@ -85,7 +85,10 @@ def run_suites(tree: Path, suites: Suites, timeout: int) -> tuple[bool, str]:
         proc = subprocess.run(
             [str(REPO / python), "-m", "pytest", str(REPO / suite), "-x", "-q",
              "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
-             "-k", "not broken_kvobs", f"--rootdir={REPO}"],
+             "-k", "not broken_kvobs", f"--rootdir={REPO}",
+             # pyproject's pythonpath (".": the repository) would put the repository's
+             # kvobs before the mutant's; PYTHONPATH gives the tests package instead
+             "-o", "pythonpath="],
             cwd=tree, env=suite_env(tree), capture_output=True, text=True, timeout=timeout,
             check=False)
         if proc.returncode != 0:
