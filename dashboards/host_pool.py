@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
+from .curve import trend_curve
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
 
@@ -34,34 +35,63 @@ def _whatif_curve() -> str:
             f"  / ignoring (le) group_left () ({expected} > 0),\n  0, 1)")
 
 
+#: Seconds of prefill (or onload) per second: what a host pool saves or costs per second.
+PER_SECOND = "s/s"
+
+
+def _net_benefit(saved: str) -> str:
+    """The net benefit rule's formula over the dashboard's filters: no value where the
+    prefill cost or the onload seconds are unknown (see recording_rules)."""
+    seconds = sum_by("", rate("kvobs_transfer_seconds_total", *_ONLOAD))
+    blocks = sum_by("", rate("kvobs_transfer_blocks_total", *_ONLOAD))
+    known = sum_by("", series("kvobs_prefill_cost_info", 'source!="none"'))
+    onload = f"(({seconds}) > 0 or ({seconds}) and (({blocks}) == 0))"
+    return f"({saved} - {onload})\nand ({known} > 0)"
+
+
 def _verdict() -> Section:
     saved = sum_by("", rate("kvobs_prefill_saved_seconds_total", _HOST))
     onload = sum_by("", rate("kvobs_transfer_seconds_total", *_ONLOAD))
-    net = f"{saved} - ({onload} or {saved} * 0)"
     wasted = sum_by("", rate("kvobs_offloaded_evicted_unused_blocks_total"))
     offloaded = sum_by("", rate("kvobs_transfer_blocks_total", *_OFFLOAD))
-    curve = _whatif_curve()
+    gpu_size = sum_by("", series("kvobs_tier_capacity_blocks", 'tier="gpu"'))
+    cache_size = f"max({series('kvobs_reuse_capacity_blocks')})"
     return Section("Host pool verdict", [
         stat("Net benefit",
-             "Prefill seconds per second the host pool's hits save, minus the onload "
-             "seconds they cost. Below zero the host pool adds latency (alert "
-             "KvobsHostPoolCostsMoreThanItSaves).",
-             "s",
-             [Query(net, "net saved s/s")]),
+             "The verdict: the host pool saves 'saves' seconds of prefill per second (its "
+             "hits' tokens x the prefill cost per token) for 'onload' seconds of onload per "
+             "second (the onloads' device time); 'net' is the difference. Below zero the "
+             "host pool adds latency (alert KvobsHostPoolCostsMoreThanItSaves). No value "
+             "where either side is unknown: no prefill cost (kvobs_prefill_cost_info "
+             "source none), or onloads the engine does not time.",
+             PER_SECOND,
+             [Query(saved, "saves"), Query(onload, "onload"), Query(_net_benefit(saved), "net")]),
         timeseries("Prefill saved vs onload time",
-                   "Saved: host-hit tokens x prefill cost per token (kvobs_prefill_cost_info "
-                   "says whether the cost is measured, modelled or configured). Onload: device "
-                   "seconds of host → gpu transfers.",
-                   "s",
+                   "Seconds per second. Saved: host-hit tokens x prefill cost per token "
+                   "(kvobs_prefill_cost_info says whether the cost is measured, modelled or "
+                   "configured). Onload: device seconds of host → gpu transfers, each "
+                   "transfer once (tensor-parallel shards: their mean).",
+                   PER_SECOND,
                    [Query(saved, "prefill saved"), Query(onload, "onload")],
-                   axis_label="seconds/s"),
-        stat("What-if: hit ratio by cache size",
-             "Predicted LRU hit ratio of block references if the whole cache (GPU + host, "
-             "in GPU blocks) held le blocks, from the sampled reuse-distance profile over "
-             "the last hour; compare with kvobs_reuse_capacity_blocks, the current size. "
-             "`kvobs whatif --prometheus` answers for any size and in GiB.",
-             "percentunit",
-             [Query(curve, "{{le}} blocks")], width=12),
+                   axis_label="seconds per second"),
+        trend_curve("What-if: hit ratio by cache size",
+                    "Predicted LRU hit ratio of block references if the whole cache held "
+                    "that many blocks (GPU blocks; x axis in powers of two), from the sampled "
+                    "reuse-distance profile over the last hour: one curve, sizes in "
+                    "numeric order. The engine's sizes are the stat 'Cache sizes' beside "
+                    "it (GPU: kvobs_tier_capacity_blocks; GPU + host: "
+                    "kvobs_reuse_capacity_blocks, the 1x point); `kvobs report` marks them "
+                    "on the curve. `kvobs whatif --prometheus` answers for any size and in "
+                    "GiB.",
+                    "percentunit", Query(_whatif_curve(), "hit ratio"), "le",
+                    "cache size (blocks)",
+                    [Query(gpu_size, "GPU"), Query(cache_size, "GPU + host")], width=9),
+        stat("Cache sizes",
+             "The engine's cache sizes in GPU blocks, as marked on the what-if curve: the "
+             "GPU pool, and GPU + host (the size the reuse profile's buckets are multiples "
+             "of).",
+             "short",
+             [Query(gpu_size, "GPU"), Query(cache_size, "GPU + host")], width=3),
         stat("Wasted offloads",
              "Share of offloaded blocks evicted from the host before any reuse: PCIe "
              "bandwidth spent for nothing.",
@@ -113,14 +143,19 @@ def _payoff() -> Section:
                    ratio=True),
         timeseries("Re-onload (thrash) rate",
                    "Blocks per second onloaded back to the GPU within the thrash window after "
-                   "their offload, and their share of all onloaded blocks. A high share means "
-                   "the GPU tier is too small for the working set: blocks bounce over PCIe.",
+                   "their offload. Their share of all onloads is the next panel.",
                    "short",
-                   [Query(sum_by("", rate("kvobs_thrash_onloads_total")), "thrash onloads/s"),
-                    Query(ratio(sum_by("", rate("kvobs_thrash_onloads_total")),
+                   [Query(sum_by("", rate("kvobs_thrash_onloads_total")), "thrash onloads")],
+                   axis_label="blocks/s"),
+        timeseries("Thrash share of onloads",
+                   "Share of onloaded blocks that came back within the thrash window of their "
+                   "offload (0-1). A high share means the GPU tier is too small for the "
+                   "working set: blocks bounce over PCIe (alert KvobsHostPoolThrashing).",
+                   "percentunit",
+                   [Query(ratio(sum_by("", rate("kvobs_thrash_onloads_total")),
                                 sum_by("", rate("kvobs_transfer_blocks_total", *_ONLOAD))),
                           "share of onloads")],
-                   axis_label="blocks/s"),
+                   ratio=True),
     ])
 
 

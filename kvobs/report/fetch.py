@@ -23,6 +23,10 @@ from kvobs.errors import KvobsError
 from kvobs.report.prometheus_api import PrometheusClient, QueryFailed, Series
 from kvobs.tiers import tier_order
 
+#: Queries (by legend) whose answer may be unknown, with the note drawn instead: the
+#: host pool's net benefit has no value without a prefill cost or timed onloads.
+MAY_BE_UNKNOWN = {"net": "net: unknown (no prefill cost known, or onloads without seconds)"}
+
 
 class ReportError(KvobsError):
     """The report cannot be drawn; the message names the panel and the query."""
@@ -58,6 +62,8 @@ class PanelData:
     stacked: bool = False
     #: The variable Grafana repeats the panel over (one copy per value), if any.
     repeat: str | None = None
+    #: The label a trend panel draws its curve over (Grafana's ``options.xField``).
+    x_field: str | None = None
 
 
 def repeated(panel: PanelData) -> list[tuple[str, PanelData]]:
@@ -140,6 +146,9 @@ def fetch_panels(client: PrometheusClient, dashboard: Mapping[str, Any],
                 raise ReportError(f"panel {title!r}, query {_short(expr)}: {exc}") from None
             series = [s for s in series if s.finite_samples]
             if not series:
+                if target.get("legendFormat") in MAY_BE_UNKNOWN:
+                    notes.append(MAY_BE_UNKNOWN[target["legendFormat"]])
+                    continue
                 if set(metric_names(expr)) <= GPU_ONLY_METRICS:
                     notes.append(f"{target.get('legendFormat') or expr}: no GPU (NVML) data")
                     continue
@@ -152,7 +161,8 @@ def fetch_panels(client: PrometheusClient, dashboard: Mapping[str, Any],
         result.append(PanelData(title, panel["type"], defaults.get("unit", "short"),
                                 panel.get("description", ""), targets, notes,
                                 series_overrides(panel), is_stacked(panel),
-                                panel.get("repeat") or None))
+                                panel.get("repeat") or None,
+                                panel.get("options", {}).get("xField")))
     return result
 
 

@@ -44,6 +44,15 @@ from kvobs.units import BINARY_UNITS, binary_ticks, describe, format_value
 _COLUMNS = 2
 #: PNG text chunk listing the panel titles drawn, in order (one plot each).
 PANELS_KEY = "kvobs:panels"
+#: PNG text chunk listing the verdicts in words the picture shows (:mod:`.verdict`).
+VERDICT_KEY = "kvobs:verdict"
+
+
+def verdicts(panels: Sequence[PanelData]) -> list[str]:
+    """The verdict sentence of every panel that has one, in order."""
+    from kvobs.report.verdict import panel_verdict
+
+    return [words for panel in panels if (words := panel_verdict(panel))]
 
 
 def grid_shape(panels: int) -> tuple[int, int]:
@@ -176,11 +185,57 @@ def _draw_stat(ax: Axes, panel: PanelData) -> None:
     bars = ax.barh(names, values, color=[d.color if d.name in panel.overrides else NEUTRAL
                                          for d in series])
     for bar, value in zip(bars, values, strict=True):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                " " + format_value(value, panel.unit), va="center", fontsize=9)
+        ax.text(max(bar.get_width(), 0), bar.get_y() + bar.get_height() / 2,
+                " " + format_value(value, panel.unit) + _suffix(panel.unit), va="center",
+                fontsize=9)
     _value_axis(ax.xaxis, panel.unit)
-    ax.set_xlim(0, max(values) * 1.35 if max(values) > 0 else 1)
+    low, high = min(0.0, *values), max(0.0, *values)
+    ax.set_xlim(low * 1.35, high * 1.35 if high > 0 else (1 if low == 0 else 0))
     ax.invert_yaxis()
+
+
+def _draw_verdict(ax: Axes, panel: PanelData) -> None:
+    """The verdict in words above a stat panel that has one (:mod:`.verdict`)."""
+    from kvobs.report.verdict import panel_verdict
+
+    words = panel_verdict(panel)
+    if words:
+        ax.text(0.0, 1.0, words[0].upper() + words[1:], transform=ax.transAxes, ha="left",
+                va="bottom", fontsize=9, fontweight="bold", wrap=True)
+
+
+def _size(value: float, _pos: object = None) -> str:
+    return f"{value:,.0f}"
+
+
+def _draw_trend(ax: Axes, panel: PanelData) -> None:
+    """One curve over a numeric label (the first query: the label in ``xField``), sizes
+    in numeric order on a log2 axis; each further query a size marked on that axis."""
+    curve, *markers = panel.targets
+    label = panel.x_field or "le"
+    points = sorted((float(s.labels[label]), s.finite_samples[-1][1]) for s in curve.series
+                    if s.labels.get(label, "+Inf") not in ("+Inf", "inf"))
+    ax.plot([x for x, _y in points], [y for _x, y in points], marker="o", linewidth=2.2,
+            color=tier_color("host"), label=curve.legend_format or "curve")
+    for marker, dash in zip(markers, ("--", ":", "-."), strict=False):
+        for name, series in marker.labelled()[:1]:
+            size = series.finite_samples[-1][1]
+            ax.axvline(size, color=tier_color({"GPU": "gpu"}.get(name, "host")), linestyle=dash,
+                       linewidth=1.6, label=f"{name}: {size:,.0f} blocks")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(_size))
+    ax.set_xlabel(panel.overrides.get(label, {}).get("displayName", label), fontsize=8)
+    _value_axis(ax.yaxis, panel.unit)
+    ax.set_ylabel(describe(panel.unit), fontsize=8)
+    if panel.unit == "percentunit":
+        ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right", framealpha=0.7)
+
+
+def _suffix(unit: str) -> str:
+    """Grafana shows an unknown unit id as a suffix (``s/s``): so does the report."""
+    return f" {unit}" if "/" in unit else ""
 
 
 def _draw_heatmap(ax: Axes, panel: PanelData) -> None:
@@ -206,6 +261,9 @@ def _draw_panel(ax: Axes, panel: PanelData, title: bool = True) -> None:
         ax.set_title(panel.title, fontsize=11, loc="left", fontweight="bold")
     if panel.kind == "stat":
         _draw_stat(ax, panel)
+        _draw_verdict(ax, panel)
+    elif panel.kind == "trend":
+        _draw_trend(ax, panel)
     elif panel.kind == "heatmap":
         _draw_heatmap(ax, panel)
     else:
@@ -263,6 +321,7 @@ def render_png(panels: Sequence[PanelData], out: Path, title: str, subtitle: str
                 fig.savefig(handle, format="png", dpi=90, metadata={
                     "Title": title, "Software": "kvobs report",
                     PANELS_KEY: json.dumps([p.title for p in panels]),
+                    VERDICT_KEY: json.dumps(verdicts(panels)),
                 })
             os.replace(tmp, out)
         except BaseException:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -74,7 +75,7 @@ def test_whatif_without_reuse_data_is_a_clear_error(bare_prometheus: Server):
 def test_report_draws_the_host_pool_verdict(client, prometheus: Server, tmp_path):
     from kvobs.report.boards import dashboard_json
     from kvobs.report.fetch import data_panels
-    from kvobs.report.render import PANELS_KEY
+    from kvobs.report.render import PANELS_KEY, VERDICT_KEY
     from tests.e2e.test_e2e_stack import read_png
 
     out = tmp_path / "host-pool.png"
@@ -85,8 +86,12 @@ def test_report_draws_the_host_pool_verdict(client, prometheus: Server, tmp_path
         capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     titles = [p["title"] for p in data_panels(dashboard_json("kvobs-host-pool"))]
-    assert titles[:4] == ["Net benefit", "Prefill saved vs onload time",
-                          "What-if: hit ratio by cache size", "Wasted offloads"]
+    assert titles[:5] == ["Net benefit", "Prefill saved vs onload time",
+                          "What-if: hit ratio by cache size", "Cache sizes", "Wasted offloads"]
     _, _, texts = read_png(out)
     assert json.loads(texts[PANELS_KEY]) == titles
+    # the verdict in words: the demo's modelled cost is known, its onloads are timed
+    (verdict,) = json.loads(texts[VERDICT_KEY])
+    assert re.fullmatch(r"the host pool saves \S+ s of prefill per second for \S+ s of "
+                        r"onload \(net [+-]\S+ s/s\)", verdict), verdict
     assert f"{len(titles)} panels of the kvobs-host-pool dashboard" in result.stdout
