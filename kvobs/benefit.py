@@ -1,10 +1,13 @@
 """Does the host pool pay for itself? The prefill time its hits save, against its onloads.
 
 A host (or disk) hit saves the prefill compute of its tokens and costs an onload. kvobs
-counts the saving as ``hit tokens x prefill seconds per token`` at each lookup
-(``kvobs_prefill_saved_seconds_total{tier}``) and the cost as the onload transfers'
-device seconds (``kvobs_transfer_seconds_total{src_tier="host",dst_tier="gpu"}``); the
-``kvobs:host_pool_net_benefit_seconds:rate5m`` rule subtracts one from the other.
+counts the saving as ``hit tokens x prefill seconds per token`` at each lookup, preempted
+requests' re-lookups included (``kvobs_prefill_saved_seconds_total{tier}``), and the cost
+as the onload transfers' device seconds, each transfer once
+(``kvobs_transfer_seconds_total{src_tier="host",dst_tier="gpu"}``); the
+``instance:kvobs_host_pool_net_benefit_seconds:rate5m`` rule subtracts one from the other
+per process, and has no answer where either side is unknown (no cost, no onload series,
+or onloads without seconds): unknown is never counted as free.
 
 The prefill cost per token comes from one of three sources, exported as
 ``kvobs_prefill_cost_info{source}``:
