@@ -328,7 +328,7 @@ def vllm_scrape(blocks: int, scrapes: int) -> dict[str, Any]:
     """One vLLM 0.33 ``BlockPool`` of ``blocks`` GPU blocks (half in use, half cached with
     a prefix hash), instrumented: its snapshot, kvobs's render, prometheus_client's
     ``generate_latest`` of the same registry and a full HTTP scrape (every scrape
-    collects), then scrapes against Telemetry's default server (one collection a
+    collects), then scrapes against Telemetry's default server (at most four collections a
     second), side by side round by round. Runs in ``.venv-vllm``."""
     import random
 

@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 
+from kvobs.telemetry.coalesce import MIN_INTERVAL_S
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -35,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="plain: a collection per scrape (min interval 0; scrapes that "
                              "arrive during one still share it); coalesced: at most one "
                              "collection per --min-interval (what Telemetry serves)")
-    parser.add_argument("--min-interval", type=float, default=1.0)
+    parser.add_argument("--min-interval", type=float, default=MIN_INTERVAL_S,
+                        help="coalesced: at most one collection per this many seconds "
+                             "(default: Telemetry's)")
     args = parser.parse_args(argv)
 
     import structlog

@@ -160,7 +160,7 @@ def start_metrics_server(
             engine processes on one host starting from one base port); 1 tries only PORT.
         min_interval_s: a collection serves the scrapes arriving this long after it
             started (:mod:`kvobs.telemetry.coalesce`); 0 keeps none, but scrapes that
-            arrive while one runs still share it. Telemetry's default is 1 s.
+            arrive while one runs still share it. Telemetry's default is 0.25 s.
         on_error: told about a certificate rotation that failed (the old files stay in
             use); e.g. ``lambda exc: recorder.error("telemetry.webconfig", exc)``.
         field: the flag or variable ``address`` came from, for error messages.

@@ -16,7 +16,7 @@ setting                        variable                         default
 =============================  ===============================  =======================
 ``metrics_addr``               ``KVOBS_METRICS_ADDR``           ``127.0.0.1:9464``
                                (empty: no ``/metrics``)
-``metrics_min_interval_s``     ``KVOBS_METRICS_MIN_INTERVAL_S`` 1 (0: every scrape
+``metrics_min_interval_s``     ``KVOBS_METRICS_MIN_INTERVAL_S`` 0.25 (0: every scrape
                                                                 collects)
 ``web_config_file``            ``KVOBS_WEB_CONFIG_FILE``        none (plain HTTP)
 ``otlp_endpoint``              ``KVOBS_OTLP_ENDPOINT``, then    none (no push)
@@ -55,6 +55,7 @@ from typing import Any
 
 from kvobs.errors import ConfigError
 from kvobs.telemetry.address import parse_address
+from kvobs.telemetry.coalesce import MIN_INTERVAL_S
 
 #: ``on_invalid(variable, raw value, reason, default used)``.
 OnInvalid = Callable[[str, str, str, Any], None]
@@ -186,7 +187,7 @@ class TelemetrySettings:
 
     metrics_addr: str | None = DEFAULT_ADDR
     port_attempts: int = 1
-    metrics_min_interval_s: float = 1.0
+    metrics_min_interval_s: float = MIN_INTERVAL_S
     web_config_file: str | None = None
     otlp_endpoint: str | None = None
     otlp_interval_s: float = 10.0
@@ -227,7 +228,7 @@ class TelemetrySettings:
             metrics_addr=read("metrics_addr", "KVOBS_METRICS_ADDR", address, addr_default),
             metrics_min_interval_s=read(
                 "metrics_min_interval_s", "KVOBS_METRICS_MIN_INTERVAL_S",
-                seconds("pass seconds, e.g. 1 (0: every scrape collects)"),
+                seconds("pass seconds, e.g. 0.25 (0: every scrape collects)"),
                 base.metrics_min_interval_s),
             web_config_file=read("web_config_file", "KVOBS_WEB_CONFIG_FILE", _text, None),
             otlp_endpoint=otlp,
