@@ -86,22 +86,30 @@ def host_pool_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot,
         >>> rec.lookup(1000, host_hit=800); rec.link("host", "gpu").transfer(50, 0, 0.5)
         >>> host_pool_verdict(before, rec.snapshot(), 600.0)
         'host pool saved 8 s of prefill for 0.5 s of onload in the last 10 min (net +7.5 s)'
+
+    Onloads the engine did not time (blocks moved, no seconds) or no onload link at all
+    make the onload time unknown, never 0 s.
     """
     source = cur.benefit.prefill_cost_source
-    try:
-        onload_now = cur.link("host", "gpu").seconds
-    except KeyError:
-        onload_now = 0.0
-    try:
-        onload_then = prev.link("host", "gpu").seconds
-    except KeyError:
-        onload_then = 0.0
-    onload = onload_now - onload_then
     window = f"{elapsed_s / 60:.0f} min" if elapsed_s >= 120 else f"{elapsed_s:.0f} s"
+    saved = cur.benefit.host_saved_s - prev.benefit.host_saved_s
+    untimed = ("host pool: onload time unknown (the engine does not time its onloads); "
+               + ("prefill cost unknown" if source == "none" else
+                  f"{_seconds(saved)} s of prefill saved") + f" in the last {window}")
+    try:
+        now = cur.link("host", "gpu")
+    except KeyError:
+        return untimed if any(t.tier == "host" for t in cur.tiers) else "no host pool"
+    try:
+        then = prev.link("host", "gpu")
+        onload, blocks = now.seconds - then.seconds, now.blocks - then.blocks
+    except KeyError:
+        onload, blocks = now.seconds, now.blocks
+    if blocks and not onload:
+        return untimed
     if source == "none":
         return (f"host pool: prefill cost unknown (set KVOBS_PREFILL_SECONDS_PER_TOKEN); "
                 f"{onload:.1f} s of onload in the last {window}")
-    saved = cur.benefit.host_saved_s - prev.benefit.host_saved_s
     return (f"host pool saved {_seconds(saved)} s of prefill for {_seconds(onload)} s of "
             f"onload in the last {window} (net {_seconds(saved - onload, sign=True)} s)")
 

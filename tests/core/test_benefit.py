@@ -119,6 +119,21 @@ def test_the_demo_pool_saves_its_modelled_prefill_and_pays_measured_onloads(serv
                                    f"(net {saved - onload:+.3g} s)")
 
 
+def test_the_summary_says_unknown_for_onloads_the_engine_does_not_time():
+    """SGLang on CPU onloads blocks without device times: the verdict is not 'free'."""
+    rec = Recorder()
+    rec.add_tier("gpu", 8, 16, 1024)
+    rec.add_tier("host", 8, 16, 1024)
+    rec.prefill_cost.set(0.01)
+    before = rec.snapshot()
+    rec.lookup(1000, host_hit=800)
+    rec.link("host", "gpu").transfer(50, 0)  # moved, not timed
+    assert summary_fields(before, rec.snapshot(), elapsed_s=60.0)["host_pool"] == (
+        "host pool: onload time unknown (the engine does not time its onloads); 8 s of "
+        "prefill saved in the last 60 s")
+    assert summary_fields(before, Recorder().snapshot(), 60.0)["host_pool"] == "no host pool"
+
+
 def test_residency_and_reuse_gaps_are_sampled_on_the_virtual_clock(served):
     with capture_telemetry(served) as telemetry:
         series = telemetry.collect()
