@@ -8,7 +8,8 @@ Example:
     $ kvobs whatif --prometheus http://127.0.0.1:9090 --window 1h --sizes 4096,16384
 
 With ``--prometheus`` engines are summed only within one configured capacity: one curve
-(one table, one JSON entry under ``curves``) per capacity.
+(one table, one JSON entry under ``curves``) per capacity; with a single capacity the
+JSON also carries that curve's fields at the top, as for a trace.
 """
 
 from __future__ import annotations
@@ -110,8 +111,13 @@ def run(args: argparse.Namespace) -> int:
                for curve in curves]
     if args.json:
         entries = [_json_entry(curve, rows) for curve, rows in answers]
-        print(json.dumps(entries[0] if args.trace else
-                         {"source": curves[0].source, "curves": entries}, indent=2))
+        if args.trace:
+            print(json.dumps(entries[0], indent=2))
+            return 0
+        # A fleet: every capacity under "curves"; with one capacity its entry's fields
+        # are also at the top, as for a trace.
+        one = entries[0] if len(entries) == 1 else {"source": curves[0].source}
+        print(json.dumps({**one, "curves": entries}, indent=2))
         return 0
     for curve, rows in answers:
         kind = "exact LRU replay" if curve.exact else "sampled profile"

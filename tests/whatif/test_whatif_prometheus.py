@@ -116,3 +116,12 @@ def test_a_missing_series_is_named(fleet: str) -> None:
 def test_help_says_sums_stay_within_one_capacity() -> None:
     text = kvobs_cli("whatif", "--help").stdout
     assert "one curve per" in " ".join(text.split())
+
+
+def test_one_capacity_keeps_the_trace_shaped_json(fleet: str) -> None:
+    result = kvobs_cli("whatif", "--prometheus", fleet, "--window", "10m", "--selector",
+                       'engine="c"', "--sizes", "25,200", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["capacity_blocks"] == 200 and answer["curves"][0]["sizes"] == answer["sizes"]
+    assert [row["blocks"] for row in answer["sizes"]] == [25, 200]
