@@ -19,10 +19,28 @@ Example:
     2
 """
 
-from kvobs.kernels.cpu_copy import NATIVE_AVAILABLE
-from kvobs.kernels.link import TransferLink
-from kvobs.kernels.mover import BlockMover, TransferStats, copy_blocks
-from kvobs.kernels.stream_mover import StreamMover, Transfer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvobs.kernels.cpu_copy import NATIVE_AVAILABLE
+    from kvobs.kernels.link import TransferLink
+    from kvobs.kernels.mover import BlockMover, TransferStats, copy_blocks
+    from kvobs.kernels.stream_mover import StreamMover, Transfer
+
+#: Where each public name lives. Loaded on first use, so that importing the package (as
+#: ``kvobs.reuse`` does for the C extension, ``kvobs.kernels._ext``) needs no torch.
+_PUBLIC = {
+    "NATIVE_AVAILABLE": "kvobs.kernels.cpu_copy",
+    "BlockMover": "kvobs.kernels.mover",
+    "StreamMover": "kvobs.kernels.stream_mover",
+    "Transfer": "kvobs.kernels.stream_mover",
+    "TransferLink": "kvobs.kernels.link",
+    "TransferStats": "kvobs.kernels.mover",
+    "copy_blocks": "kvobs.kernels.mover",
+}
 
 __all__ = [
     "NATIVE_AVAILABLE",
@@ -33,3 +51,12 @@ __all__ = [
     "TransferStats",
     "copy_blocks",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvobs.kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
