@@ -29,6 +29,12 @@ carry it, and kvobs reads each where vLLM keeps it:
   during the forward and the write-back completes without copying: its bytes are the
   page's, moved earlier. The workers report no transfer times, so these transfers have
   no seconds (the onload cost is unknown, never 0).
+* **prefix hits by tier**: a prefix hit references host pages; in the same
+  ``schedule()`` vLLM points each hit page at a GPU copy where one is still readable
+  (``HiSparseCoordinator._adopt_copies``) and leaves the others null: their KV is read
+  from the host pool. The lookup of a request with hit pages is held until then and
+  recorded with the adopted pages' tokens as GPU hits and the rest as host hits (the hit
+  total stays vLLM's ``PrefixCacheStats`` count).
 * **hot buffers**: the workers' ``HiSparseKVConnectorStats`` (``cache_hits``,
   ``cache_misses``, ``host_to_device_bytes``: what ``vllm:hisparse_cache_hits`` /
   ``_misses`` / ``_host_to_device_bytes`` count) reach the scheduler with each step's
@@ -52,6 +58,7 @@ from typing import Any
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, class_names, instrument
 from kvobs.adapters.vllm.block_pool import instrument_block_pool
 from kvobs.adapters.vllm.capacity import hisparse_host_capacity, request_blocks
+from kvobs.adapters.vllm.lookups import ExternalHits, LookupInstrumentation, relookup
 from kvobs.events import NULL_TIER
 from kvobs.recorder import LinkRecorder, Recorder
 from kvobs.telemetry.series import Series
@@ -63,12 +70,15 @@ STATS_COMPONENT = "vllm.hisparse_stats"
 HOT_FIELDS = ("cache_hits", "cache_misses", "host_to_device_bytes")
 
 
-class SpillInstrumentation(Instrumentation):
-    """The wrapper on one ``HiSparseCoordinator``: completed page transfers.
+class CoordinatorInstrumentation(Instrumentation):
+    """The wrappers on one ``HiSparseCoordinator``: completed page transfers, and which
+    hit pages got a GPU copy (for ``hits``, when the lookups are split).
 
     ``page_bytes``: bytes of one page; ``restore_copies`` / ``writeback_copies``: how many
     copies of a page a restore / a write-back makes (TP ranks, shared host pool).
     """
+
+    hits: HostServedHits | None = None
 
     def __init__(self, coordinator: Any, rec: Recorder, active: bool, *, page_bytes: int,
                  restore_copies: int, writeback_copies: int) -> None:
@@ -82,7 +92,7 @@ class SpillInstrumentation(Instrumentation):
         self.writeback_copies = writeback_copies
 
 
-def _candidates(inst: SpillInstrumentation, enqueued_counts: Mapping[int, int],
+def _candidates(inst: CoordinatorInstrumentation, enqueued_counts: Mapping[int, int],
                 completed_counts: Mapping[int, int]) -> list[tuple[int, bool]]:
     """The pending transfers this report may complete, with their direction."""
     pending = inst.target.pending_spills
@@ -94,7 +104,7 @@ def _candidates(inst: SpillInstrumentation, enqueued_counts: Mapping[int, int],
     return out
 
 
-def _completed(inst: SpillInstrumentation, candidates: list[tuple[int, bool]], result: None,
+def _completed(inst: CoordinatorInstrumentation, candidates: list[tuple[int, bool]], result: None,
                enqueued_counts: Mapping[int, int], completed_counts: Mapping[int, int]) -> None:
     if not candidates:
         return
@@ -114,11 +124,81 @@ def _completed(inst: SpillInstrumentation, candidates: list[tuple[int, bool]], r
         inst.restore.transfer(1, inst.page_bytes * inst.restore_copies)
 
 
-SPILL_SPEC = AdapterSpec(COMPONENT, ("HiSparseCoordinator",), (
+
+
+class HostServedHits(ExternalHits):
+    """Lookups of requests with hit pages, held until vLLM adopts GPU copies for them;
+    then recorded with the pages read from the host pool as host hits.
+
+    The lookup adapter holds a lookup here (``hold``) when :meth:`__contains__` says the
+    request has pages to adopt; :meth:`adopted` records it.
+
+    Example:
+        >>> from kvobs.recorder import Recorder
+        >>> rec = Recorder()
+        >>> hits = HostServedHits(rec, coordinator=None)
+        >>> hits.hold("r1", tokens=300, gpu_hit=256, keys=None)
+        >>> hits.adopted("r1", host_tokens=192)
+        >>> lookups = rec.snapshot().lookups; (lookups.gpu_hit, lookups.host_hit)
+        (64, 192)
+    """
+
+    def __init__(self, rec: Recorder, coordinator: Any, max_requests: int = 4096) -> None:
+        super().__init__(rec, max_requests)
+        self.coordinator = coordinator
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, request_id: object) -> bool:
+        """Whether ``request_id`` has hit pages vLLM has not adopted copies for yet."""
+        state = self.coordinator.request_states.get(request_id)
+        return bool(state is not None and state.pages_to_adopt)
+
+    def adopted(self, request_id: str, host_tokens: int) -> None:
+        """vLLM adopted GPU copies for ``request_id``'s hit pages; ``host_tokens`` of its
+        hit are read from the host pool."""
+        held = self._held.pop(request_id, None)
+        if held is None:
+            return
+        tokens, gpu_hit, keys, preempted = held
+        host = min(host_tokens, gpu_hit)
+        if preempted:
+            relookup(self.rec, tokens, gpu_hit - host, host, 0)
+        else:
+            self.rec.lookup(tokens, gpu_hit=gpu_hit - host, host_hit=host, keys=keys)
+
+
+def _gpu_pages(coordinator: Any, request_id: str, pages: int) -> int:
+    """Hit pages of ``request_id`` with a GPU copy (the first resident group's row)."""
+    manager = coordinator.resident_managers[0]
+    return sum(1 for page in range(pages)
+               if manager.get_resident_page(request_id, page) is not None)
+
+
+def _before_adoption(inst: CoordinatorInstrumentation, request_id: str, state: Any,
+                     host_blocks: Any) -> int:
+    return len(host_blocks)
+
+
+def _after_adoption(inst: CoordinatorInstrumentation, pages: int, result: None,
+                    request_id: str, state: Any, host_blocks: Any) -> None:
+    hits = inst.hits
+    if hits is not None:
+        host_pages = pages - _gpu_pages(inst.target, request_id, pages)
+        hits.adopted(request_id, host_pages * inst.target.host_manager.block_size)
+
+
+COORDINATOR_SPEC = AdapterSpec(COMPONENT, ("HiSparseCoordinator",), (
     Hook("update_spills", ("enqueued_counts", "completed_counts"), "transfer, store",
          before=_candidates, after=_completed),
-), state=("pending_spills", "get_host_block_pool", "host_manager.block_size"))
-"""One call per step; the pending map is read before and after it."""
+    Hook("_adopt_copies", ("request_id", "state", "host_blocks"), "track",
+         before=_before_adoption, after=_after_adoption, optional=True),
+), state=("pending_spills", "get_host_block_pool", "host_manager.block_size",
+          "request_states", "resident_managers"))
+"""``update_spills``: once per step, the pending map read before and after it.
+``_adopt_copies``: once per admitted request with hit pages, in the ``schedule()`` that
+admits it (private in vLLM: a vLLM without it gets unsplit hits, the rest goes on)."""
 
 
 class HotBufferInstrumentation(Instrumentation):
@@ -165,7 +245,8 @@ def hisparse_coordinator(scheduler: Any) -> Any:
     return getattr(side, "coordinator", None)
 
 
-def instrument_hisparse(scheduler: Any, rec: Recorder) -> list[Instrumentation]:
+def instrument_hisparse(scheduler: Any, rec: Recorder,
+                        lookups: LookupInstrumentation | None = None) -> list[Instrumentation]:
     """Instrument the HiSparse host pool, page transfers and hot-buffer counts of a vLLM
     ``Scheduler`` (its GPU tier is instrumented as usual, see
     :func:`~kvobs.adapters.vllm.manager.instrument_scheduler`).
@@ -173,7 +254,9 @@ def instrument_hisparse(scheduler: Any, rec: Recorder) -> list[Instrumentation]:
     Registers the ``host`` tier as ``primary`` and gives both tiers the blocks one
     request of ``max_model_len`` needs in them (vLLM's own per-group counts), so the
     capacity log's concurrency is the smaller of the two pools' limits, as vLLM's
-    "GPU + host KV cache size" line.
+    "GPU + host KV cache size" line. With ``lookups`` (the scheduler's lookup adapter),
+    prefix hits are split into the pages vLLM gives a GPU copy and those it reads from
+    the host pool.
 
     Returns:
         The parts (host pool, transfers, hot-buffer counts); empty when the scheduler
@@ -209,11 +292,17 @@ def instrument_hisparse(scheduler: Any, rec: Recorder) -> list[Instrumentation]:
             if GPU in rec.tier_names:
                 rec.tier(GPU).request_blocks = gpu_request
 
-        def spills(active: bool) -> SpillInstrumentation:
-            return SpillInstrumentation(coordinator, rec, active, page_bytes=host.block_bytes,
-                                        restore_copies=tp,
-                                        writeback_copies=1 if shared else tp)
-        parts.append(instrument(coordinator, SPILL_SPEC, spills))
+        def make(active: bool) -> CoordinatorInstrumentation:
+            return CoordinatorInstrumentation(coordinator, rec, active,
+                                              page_bytes=host.block_bytes, restore_copies=tp,
+                                              writeback_copies=1 if shared else tp)
+        spills = instrument(coordinator, COORDINATOR_SPEC, make)
+        parts.append(spills)
+        adopting = "_adopt_copies" in spills.wrapped_methods
+        if lookups is not None and adopting and coordinator.resident_managers:
+            hits = HostServedHits(rec, coordinator)  # lookups with hit pages wait for it
+            spills.hits = hits
+            lookups.external, lookups.deferred = hits, hits
         hot = instrument(side, STATS_SPEC, lambda active: HotBufferInstrumentation(
             side, rec, active))
         parts.append(hot)

@@ -164,7 +164,9 @@ def _attach_hisparse(scheduler: Any, rec: Recorder, result: VllmInstrumentation)
     kvobs cannot read leaves them uninstrumented with one warning naming what was
     missing (the GPU tier and lookups stay instrumented)."""
     try:
-        result.parts.extend(instrument_hisparse(scheduler, rec))
+        lookups = result.part(LOOKUPS)
+        result.parts.extend(instrument_hisparse(
+            scheduler, rec, lookups if isinstance(lookups, LookupInstrumentation) else None))
     except (AttributeError, TypeError, ConfigError) as exc:
         warn_once("vllm.hisparse", "kvobs_instrument_partial", component="vllm.hisparse",
                   missing=str(exc), effect="no HiSparse host tier, page transfers or hot "

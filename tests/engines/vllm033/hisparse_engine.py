@@ -172,6 +172,10 @@ class Truth:
     hot_bytes: int = 0
     prefix_queries: int = 0  # PrefixCacheStats
     prefix_hits: int = 0
+    #: hit tokens of admitted requests whose pages vLLM left null in the resident row
+    #: after its schedule() (read from the host pool), and those it gave a GPU copy
+    host_served_hits: int = 0
+    gpu_served_hits: int = 0
     waiting_with_host_full: int = 0  # steps where requests waited and vLLM's host usage was 1
     host_usage: float = 0.0  # vLLM's last vllm:hisparse_host_cache_usage_perc
     pending_transfers: int = 0  # vLLM's last vllm:hisparse_pending_page_transfers
@@ -239,6 +243,7 @@ class HiSparseDriver:
         """``schedule()``, the workers' reply, ``update_from_output()``; returns vLLM's
         scheduler stats of the step."""
         out = self.scheduler.schedule()
+        self._read_residency(out)
         meta = out.kv_connector_metadata
         command = getattr(meta, "command", None)
         for transfer in (command.page_transfers if command is not None else ()):
@@ -262,6 +267,17 @@ class HiSparseDriver:
             self.step()
             taken += 1
         return taken
+
+    def _read_residency(self, out: Any) -> None:
+        """Which hit pages of each admitted request vLLM's resident row reads from GPU
+        copies and which from the host pool (null pages), as ``schedule()`` left them."""
+        managers = self.coordinator.resident_managers
+        for new in out.scheduled_new_reqs:
+            pages = new.num_computed_tokens // BLOCK
+            row = managers[0].get_residency_row(new.req_id)[:pages]
+            host = sum(1 for block in row if block.is_null)
+            self.truth.host_served_hits += host * BLOCK
+            self.truth.gpu_served_hits += (pages - host) * BLOCK
 
     def _sampled(self, out: Any, req_id: str) -> list[int]:
         req = self.scheduler.requests[req_id]

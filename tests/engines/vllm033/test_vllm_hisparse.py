@@ -11,6 +11,7 @@ KV cache size" figures), the host pool's usage as vLLM computes it (``get_usage`
 from __future__ import annotations
 
 import logging
+import random
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,31 @@ def test_host_pool_fills_requests_wait_and_every_step_equals_vllm(tmp_path):
         (truth.prefix_queries, truth.prefix_hits)
     assert truth.prefix_hits > 0
     assert truth.pending_transfers == 0 and not snap.errors
+
+
+def test_prefix_hits_split_as_vllm_reads_them(tmp_path):
+    """A small GPU pool reuses the GPU copies of published pages while the host pool keeps
+    them: vLLM reads those hit pages from the host (null in the resident row after its
+    ``schedule()``) and the others from their GPU copies; kvobs's host / GPU hits are
+    those tokens, and their sum is vLLM's PrefixCacheStats hits."""
+    scheduler, rec, _ = instrumented(tmp_path, gpu_blocks=60, host_blocks=120)
+    driver = HiSparseDriver(scheduler)
+    rng = random.Random(0)
+    systems = [[1000 * k + i for i in range(4 * BLOCK)] for k in range(4)]
+    for i in range(24):
+        suffix = [50000 + 100 * i + j for j in range(rng.randrange(20, 200))]
+        driver.add(f"r{i}", systems[rng.randrange(4)] + suffix, max_tokens=8)
+        for _ in range(3):
+            if driver.busy:
+                driver.step()
+    driver.run()
+    truth, lookups = driver.truth, rec.snapshot().lookups
+    assert truth.host_served_hits > 0 and truth.gpu_served_hits > 0
+    assert (lookups.gpu_hit, lookups.host_hit) == (truth.gpu_served_hits,
+                                                   truth.host_served_hits)
+    assert (lookups.tokens, lookups.gpu_hit + lookups.host_hit) == \
+        (truth.prefix_queries, truth.prefix_hits)
+    assert not rec.snapshot().errors
 
 
 def test_restores_count_one_page_per_tp_rank(tmp_path):
