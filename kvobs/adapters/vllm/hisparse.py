@@ -55,7 +55,14 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, class_names, instrument
+from kvobs.adapters._hooks import (
+    AdapterSpec,
+    Hook,
+    Instrumentation,
+    class_names,
+    instrument,
+    warn_once,
+)
 from kvobs.adapters.vllm.block_pool import instrument_block_pool
 from kvobs.adapters.vllm.capacity import hisparse_host_capacity, request_blocks
 from kvobs.adapters.vllm.lookups import ExternalHits, LookupInstrumentation, relookup
@@ -303,6 +310,10 @@ def instrument_hisparse(scheduler: Any, rec: Recorder,
             hits = HostServedHits(rec, coordinator)  # lookups with hit pages wait for it
             spills.hits = hits
             lookups.external, lookups.deferred = hits, hits
+        elif lookups is not None and spills.active:
+            warn_once(f"{COMPONENT}:_adopt_copies", "kvobs_instrument_partial",
+                      component=COMPONENT, missing="HiSparseCoordinator._adopt_copies",
+                      effect="prefix hits are all counted as GPU hits (no host split)")
         hot = instrument(side, STATS_SPEC, lambda active: HotBufferInstrumentation(
             side, rec, active))
         parts.append(hot)

@@ -234,3 +234,17 @@ def test_zero_code_plugin_serves_the_host_tier_and_logs_vllms_semantics(monkeypa
         == driver.truth.hot_misses
     assert samples[("kvobs_hot_buffer_load_bytes_total", (("dp_rank", "0"),))] \
         == driver.truth.hot_bytes
+
+
+def test_without_the_adoption_hook_hits_stay_unsplit_with_one_warning(tmp_path, monkeypatch):
+    from vllm.v1.hisparse.coordinator import HiSparseCoordinator
+
+    scheduler = build_hisparse_scheduler(tmp_path)
+    monkeypatch.delattr(HiSparseCoordinator, "_adopt_copies")  # a vLLM that renamed it
+    rec = Recorder(engine="vllm")
+    with capture_logs() as logs:
+        inst = instrument_scheduler(scheduler, rec)
+    assert inst.part("vllm.hisparse").active  # transfers still counted
+    assert inst.part("vllm.kv_cache_manager").external is None  # lookups recorded at once
+    warning = next(e for e in logs if e["event"] == "kvobs_instrument_partial")
+    assert warning["missing"] == "HiSparseCoordinator._adopt_copies"
