@@ -89,8 +89,11 @@ def run_engine(mode: str, workdir: Path, **env: str) -> EngineRun:
     """Run ``engine_run.py`` in ``mode`` with kvobs enabled; fail with its log's tail."""
     out, log = workdir / "account.json", workdir / "engine.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KVOBS_")}
+    # Every step is compared with vLLM's registry at once: each scrape must collect
+    # (the default serves one collection to the scrapes of 0.25 s).
     environ.update({"KVOBS_ENABLE": "1", "KVOBS_LOG_FORMAT": "json",
-                    "KVOBS_SUMMARY_INTERVAL_S": "0", "HF_HUB_OFFLINE": "1", **env})
+                    "KVOBS_SUMMARY_INTERVAL_S": "0", "KVOBS_METRICS_MIN_INTERVAL_S": "0",
+                    "HF_HUB_OFFLINE": "1", **env})
     with log.open("w") as sink:
         proc = subprocess.run(
             [sys.executable, str(HERE / "engine_run.py"), str(out), "--mode", mode,
