@@ -199,9 +199,9 @@ def _draw_verdict(ax: Axes, panel: PanelData) -> None:
     from kvobs.report.verdict import panel_verdict
 
     words = panel_verdict(panel)
-    if words:
-        ax.text(0.0, 1.0, words[0].upper() + words[1:], transform=ax.transAxes, ha="left",
-                va="bottom", fontsize=9, fontweight="bold", wrap=True)
+    if words:  # under the panel's title, as its second line
+        ax.set_title(f"{panel.title}\n{words[0].upper()}{words[1:]}", fontsize=10, loc="left",
+                     fontweight="bold")
 
 
 def _size(value: float, _pos: object = None) -> str:

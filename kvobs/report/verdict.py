@@ -8,8 +8,8 @@ sentence a person reads at a glance.
 Example:
     >>> sentence({"saves": 0.13, "onload": 0.004, "net": 0.126})
     'the host pool saves 0.13 s of prefill per second for 0.004 s of onload (net +0.126 s/s)'
-    >>> sentence({"saves": 0.13, "onload": 0.004})
-    'the host pool saves 0.13 s of prefill per second for 0.004 s of onload (net unknown)'
+    >>> sentence({"saves": 0.0, "onload": 0.004}).split(" (")[0]
+    "the host pool's net benefit is unknown"
     >>> sentence({"onload": 0.004}) is None
     True
 """
@@ -33,10 +33,13 @@ def sentence(latest: Mapping[str, float]) -> str | None:
     saving or the onload time is unknown, e.g. no prefill cost is known)."""
     if SAVES not in latest or ONLOAD not in latest:
         return None
-    net = latest.get(NET)
-    tail = "net unknown" if net is None else f"net {net:+.3g} s/s"
-    return (f"the host pool saves {_seconds(latest[SAVES])} s of prefill per second for "
-            f"{_seconds(latest[ONLOAD])} s of onload ({tail})")
+    saves, onload, net = _seconds(latest[SAVES]), _seconds(latest[ONLOAD]), latest.get(NET)
+    if net is None:
+        return ("the host pool's net benefit is unknown (no prefill cost known, or onloads "
+                f"the engine does not time): {saves} s of prefill saved per second, {onload} "
+                "s of onload")
+    return (f"the host pool saves {saves} s of prefill per second for {onload} s of onload "
+            f"(net {net:+.3g} s/s)")
 
 
 def panel_verdict(panel: PanelData) -> str | None:

@@ -81,8 +81,9 @@ def test_an_unknown_net_benefit_is_unknown_not_an_error_nor_a_number() -> None:
     verdict = panels(None)["Net benefit"]
     assert [t.legend_format for t in verdict.targets] == ["saves", "onload"]
     assert verdict.notes == ["net: unknown (no prefill cost known, or onloads without seconds)"]
-    assert verdicts([verdict]) == ["the host pool saves 0.13 s of prefill per second for "
-                                   "0.004 s of onload (net unknown)"]
+    assert verdicts([verdict]) == [
+        "the host pool's net benefit is unknown (no prefill cost known, or onloads the engine "
+        "does not time): 0.13 s of prefill saved per second, 0.004 s of onload"]
 
 
 @pytest.mark.parametrize(("title", "unit"), [
