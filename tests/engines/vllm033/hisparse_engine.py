@@ -176,6 +176,7 @@ class Truth:
     #: after its schedule() (read from the host pool), and those it gave a GPU copy
     host_served_hits: int = 0
     gpu_served_hits: int = 0
+    mixed_hits: int = 0  # admitted requests with hit pages of both kinds
     waiting_with_host_full: int = 0  # steps where requests waited and vLLM's host usage was 1
     host_usage: float = 0.0  # vLLM's last vllm:hisparse_host_cache_usage_perc
     pending_transfers: int = 0  # vLLM's last vllm:hisparse_pending_page_transfers
@@ -273,9 +274,12 @@ class HiSparseDriver:
         copies and which from the host pool (null pages), as ``schedule()`` left them."""
         managers = self.coordinator.resident_managers
         for new in out.scheduled_new_reqs:
+            if self.scheduler.requests[new.req_id].num_preemptions:
+                continue  # a re-admission: not a lookup vLLM's hit rate counts
             pages = new.num_computed_tokens // BLOCK
             row = managers[0].get_residency_row(new.req_id)[:pages]
             host = sum(1 for block in row if block.is_null)
+            self.truth.mixed_hits += 0 < host < pages
             self.truth.host_served_hits += host * BLOCK
             self.truth.gpu_served_hits += (pages - host) * BLOCK
 

@@ -130,7 +130,7 @@ def test_prefix_hits_split_as_vllm_reads_them(tmp_path):
     scheduler, rec, _ = instrumented(tmp_path, gpu_blocks=60, host_blocks=120)
     driver = HiSparseDriver(scheduler)
     rng = random.Random(0)
-    systems = [[1000 * k + i for i in range(4 * BLOCK)] for k in range(4)]
+    systems = [[1000 * k + i for i in range(6 * BLOCK)] for k in range(4)]
     for i in range(24):
         suffix = [50000 + 100 * i + j for j in range(rng.randrange(20, 200))]
         driver.add(f"r{i}", systems[rng.randrange(4)] + suffix, max_tokens=8)
@@ -140,6 +140,7 @@ def test_prefix_hits_split_as_vllm_reads_them(tmp_path):
     driver.run()
     truth, lookups = driver.truth, rec.snapshot().lookups
     assert truth.host_served_hits > 0 and truth.gpu_served_hits > 0
+    assert truth.mixed_hits > 0  # requests with some hit pages on GPU copies, some on host
     assert (lookups.gpu_hit, lookups.host_hit) == (truth.gpu_served_hits,
                                                    truth.host_served_hits)
     assert (lookups.tokens, lookups.gpu_hit + lookups.host_hit) == \
