@@ -51,11 +51,6 @@ def gpu_tier_capacity(kv_cache_config: Any, tier: str = GPU) -> TierCapacity:
     return TierCapacity(tier, num_blocks - 1, block_tokens, backing // num_blocks)
 
 
-def is_hisparse(kv_cache_config: Any) -> bool:
-    """Whether ``kv_cache_config`` has a HiSparse host pool (vLLM 0.33+)."""
-    return isinstance(getattr(kv_cache_config, "hisparse_host_num_blocks", None), int)
-
-
 def hisparse_host_capacity(kv_cache_config: Any, tier: str = HOST) -> TierCapacity:
     """The HiSparse host pool of a vLLM ``KVCacheConfig``: a primary tier.
 

@@ -131,8 +131,6 @@ def _completed(inst: CoordinatorInstrumentation, candidates: list[tuple[int, boo
         inst.restore.transfer(1, inst.page_bytes * inst.restore_copies)
 
 
-
-
 class HostServedHits(ExternalHits):
     """Lookups of requests with hit pages, held until vLLM adopts GPU copies for them;
     then recorded with the pages read from the host pool as host hits.

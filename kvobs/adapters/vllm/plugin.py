@@ -363,14 +363,16 @@ def _capacity_note(plan: Any) -> str:
 
     primary = [t.tier for t in plan.tiers if t.role == PRIMARY]
     caches = [t.tier for t in plan.tiers if t.role == CACHE]
-    note = (f"running requests need blocks in the {' and '.join(primary)} tier"
-            f"{'s' if len(primary) > 1 else ''} (the smaller limit, {plan.bounded_by}, "
-            "bounds concurrency)" if len(primary) > 1 else
-            f"the {primary[0].upper() if primary else 'GPU'} tier bounds running requests")
-    if caches:
-        note += f"; the {' and '.join(caches)} tier{'s' if len(caches) > 1 else ''} keep" \
-                f"{'' if len(caches) > 1 else 's'} reusable prefixes that are onloaded before use"
-    return note
+    if len(primary) > 1:
+        note = (f"running requests need blocks in the {' and '.join(primary)} tiers "
+                f"(the smaller limit, {plan.bounded_by}, bounds concurrency)")
+    else:
+        note = f"the {primary[0].upper() if primary else 'GPU'} tier bounds running requests"
+    if len(caches) > 1:
+        note += f"; the {' and '.join(caches)} tiers keep reusable prefixes"
+    elif caches:
+        note += f"; the {caches[0]} tier keeps reusable prefixes"
+    return note + (" that are onloaded before use" if caches else "")
 
 
 def _vllm_logger() -> logging.Logger:

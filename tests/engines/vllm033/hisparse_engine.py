@@ -32,7 +32,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from collections.abc import Sequence
@@ -64,13 +63,15 @@ from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_ca
 from vllm.v1.core.kv_cache_utils import (
     generate_scheduler_kv_cache_config,
     get_request_block_hasher,
-    init_none_hash,
 )
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import KVCacheSpec, MLAAttentionSpec, SparseCacheRole
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
+
+# vllm_engine also sets vLLM's block-hash seed (init_none_hash) the drivers' hashers need
+from tests.engines.vllm033.vllm_engine import capture_kv_events, model_dir, sampled_tokens
 
 LAYERS = 2
 BLOCK = 64  # tokens per page (FlashMLA-sparse's block size)
@@ -88,7 +89,6 @@ MODEL_CONFIG = {
     "rms_norm_eps": 1e-6, "n_routed_experts": 4, "num_experts_per_tok": 2,
     "first_k_dense_replace": 2, "rope_theta": 10000.0,
 }
-init_none_hash(sha256)
 
 
 def layer_specs() -> dict[str, KVCacheSpec]:
@@ -116,9 +116,7 @@ def build_hisparse_config(tmp_path: Path, *, host_blocks: int, max_model_len: in
                           ) -> VllmConfig:
     """The ``VllmConfig`` of a HiSparse engine whose host pool holds ``host_blocks``
     pages (``host_pool_gib`` = that many pages' bytes, as a user sizes it)."""
-    directory = Path(tmp_path) / "hisparse-model"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    directory = model_dir(tmp_path, MODEL_CONFIG, "hisparse-model")
     model = ModelConfig(model=str(directory), dtype="bfloat16", skip_tokenizer_init=True,
                         max_model_len=max_model_len)
     config = VllmConfig(
@@ -206,13 +204,7 @@ class HiSparseDriver:
         self.due: list[tuple[int, int, bool]] = []
         self.copies_due: list[int] = []
         self.kv_events: list[Any] = []
-        publish = scheduler.kv_event_publisher.publish
-
-        def capture(batch: Any) -> None:  # vLLM publishes each step's events once
-            self.kv_events.extend(batch.events)
-            publish(batch)
-
-        cast(Any, scheduler.kv_event_publisher).publish = capture
+        capture_kv_events(scheduler, self.kv_events)
 
     # -- vLLM objects ---------------------------------------------------------------------
     @property
@@ -255,7 +247,7 @@ class HiSparseDriver:
         ids = list(out.num_scheduled_tokens)
         runner_output = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[self._sampled(out, r) for r in ids],
+            sampled_token_ids=[sampled_tokens(self.scheduler, out, r) for r in ids],
             kv_connector_output=self._worker_output(out))
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
         self.steps += 1
@@ -282,11 +274,6 @@ class HiSparseDriver:
             self.truth.mixed_hits += 0 < host < pages
             self.truth.host_served_hits += host * BLOCK
             self.truth.gpu_served_hits += (pages - host) * BLOCK
-
-    def _sampled(self, out: Any, req_id: str) -> list[int]:
-        req = self.scheduler.requests[req_id]
-        done = req.num_computed_tokens + out.num_scheduled_tokens[req_id]
-        return [7] if done >= req.num_tokens else []
 
     def _worker_output(self, out: Any) -> KVConnectorOutput:
         ready = [d for d in self.due if d[0] <= self.steps]

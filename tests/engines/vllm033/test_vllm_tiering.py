@@ -47,6 +47,7 @@ from tests.engines.vllm033.vllm_engine import (
     build_vllm_config,
     layer_specs,
     plan_kv_cache,
+    sampled_tokens,
 )
 
 BLOCK = 16
@@ -149,7 +150,7 @@ class WorkerLoop(EngineDriver):
         ids = list(out.num_scheduled_tokens)
         runner_output = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[self._sampled(out, r) for r in ids],
+            sampled_token_ids=[sampled_tokens(self.scheduler, out, r) for r in ids],
             kv_connector_output=KVConnectorOutput(finished_recving=recving or None,
                                                   kv_connector_worker_meta=worker_meta))
         engine_outputs = self.scheduler.update_from_output(out, runner_output)

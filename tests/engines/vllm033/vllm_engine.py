@@ -78,12 +78,34 @@ MODEL_CONFIG = {
 init_none_hash(sha256)
 
 
-def model_dir(tmp_path: Path) -> Path:
-    """A model directory holding only ``config.json``."""
-    directory = Path(tmp_path) / "model"
+def model_dir(tmp_path: Path, config: dict[str, Any] = MODEL_CONFIG,
+              name: str = "model") -> Path:
+    """A model directory holding only ``config.json`` (``config``)."""
+    directory = Path(tmp_path) / name
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    (directory / "config.json").write_text(json.dumps(config))
     return directory
+
+
+def capture_kv_events(scheduler: Scheduler, events: list[Any]) -> None:
+    """Append every KV cache event ``scheduler`` publishes (once per step) to ``events``,
+    still publishing them (needs ``kv_events``: publisher ``null``)."""
+    publisher: Any = scheduler.kv_event_publisher
+    publish = publisher.publish
+
+    def capture(batch: Any) -> None:
+        events.extend(batch.events)
+        publish(batch)
+
+    publisher.publish = capture
+
+
+def sampled_tokens(scheduler: Scheduler, out: Any, req_id: str) -> list[int]:
+    """What a model runner samples for ``req_id`` in the step of ``out``: one token once
+    its prompt is computed, nothing for a partial prefill."""
+    req = scheduler.requests[req_id]
+    done = req.num_computed_tokens + out.num_scheduled_tokens[req_id]
+    return [7] if done >= req.num_tokens else []
 
 
 def layer_specs(kind: str = "full", block_size: int = 16,
@@ -289,14 +311,7 @@ class EngineDriver:
         #: jobs the workers have not all reported: ``job_id -> (is_store, chunk ids)``
         self.in_flight: dict[int, tuple[bool, frozenset[int]]] = {}
         self.history: list[StepRecord] = []
-        publish = scheduler.kv_event_publisher.publish
-
-        def capture(batch: Any) -> None:  # vLLM publishes each step's events once
-            self.kv_events.extend(batch.events)
-            publish(batch)
-
-        publisher: Any = scheduler.kv_event_publisher
-        publisher.publish = capture
+        capture_kv_events(scheduler, self.kv_events)
         #: vLLM emits no CPU events when its offloading manager resets, so the driver
         #: notes where the last reset came in :attr:`kv_events`, and the net chunks of
         #: the manager's own events still queued then (published after it, from before it)
@@ -384,7 +399,7 @@ class EngineDriver:
         ids = list(out.num_scheduled_tokens)
         runner_output = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[self._sampled(out, r) for r in ids],
+            sampled_token_ids=[sampled_tokens(self.scheduler, out, r) for r in ids],
             kv_connector_output=connector_output)
         started, cpu = time.perf_counter(), time.thread_time()
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
@@ -417,11 +432,6 @@ class EngineDriver:
                 held.update((group, b.block_id) for b in blocks if not b.is_null)
         self.blocks_taken += len(held - self._held)
         self._held = held
-
-    def _sampled(self, out: Any, req_id: str) -> list[int]:
-        req = self.scheduler.requests[req_id]
-        done = req.num_computed_tokens + out.num_scheduled_tokens[req_id]
-        return [7] if done >= req.num_tokens else []  # a partial prefill samples nothing
 
     def _job_bytes(self, job: Any, is_store: bool) -> int:
         spec = job.dst_spec if is_store else job.src_spec  # the CPU side, in chunks
