@@ -79,45 +79,54 @@ class EventLog:
     """Subscribes to vLLM's KV event publisher and tallies blocks by (event, medium)."""
 
     def __init__(self, endpoint: str) -> None:
+        # Imported here, in the main thread: the same imports in the thread, while the
+        # main thread imports vLLM, can raise importlib's _DeadlockError there, and a
+        # thread that dies is silent (the run would then report no events at all).
+        import msgspec
         import zmq
+        from vllm.distributed.kv_events import KVEventBatch
 
         self.counts: dict[str, int] = {}
         self.batches = 0
+        self.failure: BaseException | None = None
+        self._decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
         self._sock = zmq.Context.instance().socket(zmq.SUB)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._sock.connect(endpoint)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        import msgspec
-        import zmq
-        from vllm.distributed.kv_events import KVEventBatch
+        try:
+            while not self._stop.is_set():
+                if self._poller.poll(50):
+                    self._tally(self._sock.recv_multipart())
+        except BaseException as exc:  # reported by settle()
+            self.failure = exc
 
-        decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        while not self._stop.is_set():
-            if not poller.poll(50):
-                continue
-            _topic, _seq, payload = self._sock.recv_multipart()
-            batch = decoder.decode(payload)
-            self.batches += 1
-            self._last = time.monotonic()
-            for event in batch.events:
-                kind = type(event).__name__
-                medium = getattr(event, "medium", None) or "GPU"
-                blocks = len(getattr(event, "block_hashes", ()) or ())
-                key = f"{kind}/{medium}"
-                self.counts[key] = self.counts.get(key, 0) + (blocks or 1)
+    def _tally(self, frames: list[bytes]) -> None:
+        _topic, _seq, payload = frames
+        batch = self._decoder.decode(payload)
+        self.batches += 1
+        self._last = time.monotonic()
+        for event in batch.events:
+            kind = type(event).__name__
+            medium = getattr(event, "medium", None) or "GPU"
+            blocks = len(getattr(event, "block_hashes", ()) or ())
+            key = f"{kind}/{medium}"
+            self.counts[key] = self.counts.get(key, 0) + (blocks or 1)
 
     def settle(self, quiet_s: float = 1.0, limit_s: float = 15.0) -> dict[str, int]:
         """The tallies once no batch arrived for ``quiet_s`` seconds."""
         deadline = time.monotonic() + limit_s
         while time.monotonic() - self._last < quiet_s and time.monotonic() < deadline:
             time.sleep(0.05)
+        if self.failure is not None:
+            raise RuntimeError("the KV event subscriber failed") from self.failure
         return dict(self.counts)
 
     def close(self) -> None:

@@ -252,6 +252,7 @@ def test_broken_kvobs_changes_nothing_in_vllm(single: EngineRun, tmp_path_factor
     plain = run_engine("single", tmp_path_factory.mktemp("plain"), KVOBS_ENABLE="0")
     assert broken.kvobs.total("kvobs_instrumentation_errors_total") > 0
     assert not plain.log_events("kvobs_enabled")
+    assert plain.events, "the plain run's KV event subscriber received nothing"
     for run in (broken, single):
         assert run.account["outputs"] == plain.account["outputs"]
         for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
