@@ -296,10 +296,17 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
  *       (a block written into the cache) only its recency is updated.
  *
  * State: an open-addressing table (bits -> slot, linear probing, backward-shift delete), a
- * Fenwick tree over 4 x max_keys time slots (1 marks a key's latest slot), the key of each
+ * Fenwick tree over 4 x max_live time slots (1 marks a key's latest slot), the key of each
  * slot; slots are renumbered in recency order when they run out. The least recently used
  * key is forgotten when max_keys keys are live and a new one arrives.
+ *
+ * The arrays are sized for max_live keys, starting at REUSE_INITIAL_LIVE and doubled (up to
+ * max_keys) when that many are live: an engine whose blocks repeat keeps a table that
+ * stays in the CPU's caches instead of megabytes it touches at random, and the counts do
+ * not depend on the sizing (distances come from the live keys, not from slot numbers).
  */
+
+#define REUSE_INITIAL_LIVE 4096
 
 #define REUSE_LOW_BITS ((1ULL << 24) - 1)
 #define XXPRIME_1 11400714785074694791ULL
@@ -308,7 +315,7 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
 
 typedef struct {
     PyObject_HEAD
-    Py_ssize_t max_keys, slots, live, clock, cap_mask;
+    Py_ssize_t max_keys, max_live, slots, live, clock, cap_mask;
     int shift;
     uint64_t threshold;
     double weight;
@@ -418,6 +425,77 @@ static Py_ssize_t tree_first(ReuseCore *self)
     return pos;
 }
 
+/* Build the tree for live slots 0..n-1 of `slots` slots (all ones, then zeros). */
+static void tree_fill(int32_t *tree, Py_ssize_t slots, Py_ssize_t n)
+{
+    memset(tree, 0, sizeof(int32_t) * (size_t)(slots + 1));
+    for (Py_ssize_t i = 1; i <= slots; i++) {
+        if (i <= n)
+            tree[i] += 1;
+        Py_ssize_t parent = i + (i & -i);
+        if (parent <= slots)
+            tree[parent] += tree[i];
+    }
+}
+
+/* Resize every array for `max_live` live keys, renumbering the live slots 0..n-1 in
+ * recency order; -1 with MemoryError set (the old arrays are kept) on failure. */
+static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
+{
+    Py_ssize_t slots = 4 * max_live, cap = 2;
+    int bits = 1;
+    while (cap < 2 * max_live) {
+        cap *= 2;
+        bits++;
+    }
+    int32_t *tree = PyMem_Malloc(sizeof(int32_t) * (size_t)(slots + 1));
+    uint64_t *slot_key = PyMem_Calloc((size_t)slots, sizeof(uint64_t));
+    uint8_t *slot_live = PyMem_Calloc((size_t)slots, 1);
+    uint64_t *tbl_key = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
+    int32_t *tbl_slot = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
+    if (!tree || !slot_key || !slot_live || !tbl_key || !tbl_slot) {
+        PyMem_Free(tree);
+        PyMem_Free(slot_key);
+        PyMem_Free(slot_live);
+        PyMem_Free(tbl_key);
+        PyMem_Free(tbl_slot);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(tbl_slot, 0xff, sizeof(int32_t) * (size_t)cap);
+    Py_ssize_t n = 0;
+    for (Py_ssize_t s = 0; s < self->clock; s++) {
+        if (!self->slot_live[s])
+            continue;
+        uint64_t key = self->slot_key[s];
+        Py_ssize_t i = (Py_ssize_t)((key * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
+        while (tbl_slot[i] >= 0)
+            i = (i + 1) & (cap - 1);
+        tbl_key[i] = key;
+        tbl_slot[i] = (int32_t)n;
+        slot_key[n] = key;
+        slot_live[n] = 1;
+        n++;
+    }
+    tree_fill(tree, slots, n);
+    PyMem_Free(self->tree);
+    PyMem_Free(self->slot_key);
+    PyMem_Free(self->slot_live);
+    PyMem_Free(self->tbl_key);
+    PyMem_Free(self->tbl_slot);
+    self->tree = tree;
+    self->slot_key = slot_key;
+    self->slot_live = slot_live;
+    self->tbl_key = tbl_key;
+    self->tbl_slot = tbl_slot;
+    self->max_live = max_live;
+    self->slots = slots;
+    self->cap_mask = cap - 1;
+    self->shift = 64 - bits;
+    self->clock = n;
+    return 0;
+}
+
 static void reuse_compact(ReuseCore *self)
 {
     Py_ssize_t n = 0, slots = self->slots;
@@ -431,23 +509,25 @@ static void reuse_compact(ReuseCore *self)
         self->slot_live[n] = 1;
         n++;
     }
-    memset(self->tree, 0, sizeof(int32_t) * (size_t)(slots + 1));
-    for (Py_ssize_t i = 1; i <= slots; i++) {
-        if (i <= n)
-            self->tree[i] += 1;
-        Py_ssize_t parent = i + (i & -i);
-        if (parent <= slots)
-            self->tree[parent] += self->tree[i];
-    }
+    tree_fill(self->tree, slots, n);
     self->clock = n;
 }
 
-static void reuse_sample(ReuseCore *self, uint64_t bits, int counted)
+static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
 {
-    if (self->clock == self->slots)
-        reuse_compact(self);
-    Py_ssize_t now = self->clock++;
     Py_ssize_t pos = tbl_find(self, bits);
+    if (self->tbl_slot[pos] < 0 && self->live >= self->max_live
+            && self->max_live < self->max_keys) {
+        Py_ssize_t grown = 2 * self->max_live;
+        if (reuse_resize(self, grown < self->max_keys ? grown : self->max_keys) < 0)
+            return -1;
+        pos = tbl_find(self, bits);
+    }
+    if (self->clock == self->slots) {
+        reuse_compact(self);
+        pos = tbl_find(self, bits);
+    }
+    Py_ssize_t now = self->clock++;
     double distance = -1.0; /* cold */
     if (self->tbl_slot[pos] < 0) {
         if (self->live >= self->max_keys) {
@@ -478,7 +558,7 @@ static void reuse_sample(ReuseCore *self, uint64_t bits, int counted)
     self->slot_live[now] = 1;
     tree_add(self, now, 1);
     if (!counted)
-        return;
+        return 0;
     self->sampled++;
     Py_ssize_t b = self->n_bounds;
     if (distance >= 0) {
@@ -493,6 +573,7 @@ static void reuse_sample(ReuseCore *self, uint64_t bits, int counted)
         b = lo;
     }
     self->counts[b]++;
+    return 0;
 }
 
 static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
@@ -514,8 +595,11 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
             Py_DECREF(fast);
             return NULL;
         }
-        if ((bits & REUSE_LOW_BITS) < self->threshold)
-            reuse_sample(self, bits, counted);
+        if ((bits & REUSE_LOW_BITS) < self->threshold
+                && reuse_sample(self, bits, counted) < 0) {
+            Py_DECREF(fast);
+            return NULL;
+        }
     }
     Py_DECREF(fast);
     Py_RETURN_NONE;
@@ -589,37 +673,21 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     }
     reuse_free_arrays(self);
     self->max_keys = max_keys;
-    self->slots = 4 * max_keys;
-    Py_ssize_t cap = 1;
-    int bits = 0;
-    while (cap < 2 * max_keys) {
-        cap *= 2;
-        bits++;
-    }
-    if (bits == 0) {
-        cap = 2;
-        bits = 1;
-    }
-    self->cap_mask = cap - 1;
-    self->shift = 64 - bits;
     self->threshold = threshold;
     self->weight = weight;
     self->n_bounds = nb;
+    self->live = self->clock = 0;
     self->bounds = PyMem_Malloc(sizeof(double) * (size_t)nb);
     self->counts = PyMem_Calloc((size_t)nb + 1, sizeof(long long));
-    self->tree = PyMem_Calloc((size_t)self->slots + 1, sizeof(int32_t));
-    self->slot_key = PyMem_Calloc((size_t)self->slots, sizeof(uint64_t));
-    self->slot_live = PyMem_Calloc((size_t)self->slots, 1);
-    self->tbl_key = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
-    self->tbl_slot = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
-    if (!self->bounds || !self->counts || !self->tree || !self->slot_key || !self->slot_live
-        || !self->tbl_key || !self->tbl_slot) {
+    if (!self->bounds || !self->counts
+            || reuse_resize(self, max_keys < REUSE_INITIAL_LIVE ? max_keys
+                                                                : REUSE_INITIAL_LIVE) < 0) {
         Py_DECREF(fast);
         reuse_free_arrays(self);
-        PyErr_NoMemory();
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
         return -1;
     }
-    memset(self->tbl_slot, 0xff, sizeof(int32_t) * (size_t)cap);
     for (Py_ssize_t i = 0; i < nb; i++) {
         double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
         if (v == -1.0 && PyErr_Occurred()) {
@@ -647,6 +715,78 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
             self->tuple_hash_ok = 0;
     }
     return 0;
+}
+
+/* sample_bits(keys, threshold, mask) -> [hash((key,)) for key in keys if that & mask <
+ * threshold]: the keyed trackers' sampling (kvobs.residency), in one call instead of a
+ * tuple and a hash per key in Python. Exactly Python's values (signed), so a tracker
+ * keys its tables alike with or without the extension. */
+static int sample_hash_ok = -1; /* the tuple-hash replica matches this interpreter */
+
+static int check_tuple_hash(void)
+{
+    static const long long probes[] = {0, 1, -2, 12345678901LL, 1LL << 40};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+        PyObject *k = PyLong_FromLongLong(probes[i]);
+        PyObject *t = k ? PyTuple_Pack(1, k) : NULL;
+        Py_hash_t real = t ? PyObject_Hash(t) : -1;
+        Py_hash_t lane = k ? PyObject_Hash(k) : -1;
+        Py_XDECREF(t);
+        Py_XDECREF(k);
+        if (PyErr_Occurred())
+            return -1;
+        if ((uint64_t)real != tuple1_hash((uint64_t)lane))
+            ok = 0;
+    }
+    return ok;
+}
+
+static PyObject *sample_bits(PyObject *unused, PyObject *args)
+{
+    PyObject *keys;
+    unsigned long long threshold, mask;
+    if (!PyArg_ParseTuple(args, "OKK", &keys, &threshold, &mask))
+        return NULL;
+    if (sample_hash_ok < 0 && (sample_hash_ok = check_tuple_hash()) < 0)
+        return NULL;
+    PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
+    if (fast == NULL)
+        return NULL;
+    PyObject *picked = PyList_New(0);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; picked != NULL && i < n; i++) {
+        Py_hash_t h;
+        if (sample_hash_ok) {
+            h = PyObject_Hash(items[i]);
+            if (h == -1 && PyErr_Occurred())
+                goto fail;
+            h = (Py_hash_t)tuple1_hash((uint64_t)h);
+        } else {
+            PyObject *t = PyTuple_Pack(1, items[i]);
+            if (t == NULL)
+                goto fail;
+            h = PyObject_Hash(t);
+            Py_DECREF(t);
+            if (h == -1 && PyErr_Occurred())
+                goto fail;
+        }
+        if (((uint64_t)h & mask) >= threshold)
+            continue;
+        PyObject *v = PyLong_FromSsize_t(h);
+        if (v == NULL || PyList_Append(picked, v) < 0) {
+            Py_XDECREF(v);
+            goto fail;
+        }
+        Py_DECREF(v);
+    }
+    Py_DECREF(fast);
+    return picked;
+fail:
+    Py_DECREF(fast);
+    Py_XDECREF(picked);
+    return NULL;
 }
 
 static PyMethodDef reuse_methods[] = {
@@ -677,6 +817,8 @@ static PyMethodDef methods[] = {
     {"plan_seq", plan_seq, METH_VARARGS, "Validate a sequence of pairs and coalesce runs."},
     {"copy_runs", copy_runs, METH_VARARGS, "Copy planned runs for every layer."},
     {"memcpy", native_memcpy, METH_VARARGS, "libc memcpy between two addresses."},
+    {"sample_bits", sample_bits, METH_VARARGS,
+     "sample_bits(keys, threshold, mask): hash((key,)) of the keys whose low bits sample."},
     {NULL, NULL, 0, NULL},
 };
 

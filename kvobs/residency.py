@@ -24,7 +24,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable
 
+from kvobs.kernels._ext import native
+
 _SPACE = 1 << 16
+#: The C extension's sampler (the same values as the Python line, one call per event).
+_sample_bits = getattr(native, "sample_bits", None)
 
 
 class ResidencyTracker:
@@ -42,6 +46,8 @@ class ResidencyTracker:
 
     def _sampled(self, keys: Iterable[Hashable]) -> list[int]:
         threshold = self._threshold
+        if _sample_bits is not None and isinstance(keys, (list, tuple)):
+            return _sample_bits(keys, threshold, _SPACE - 1)  # type: ignore[no-any-return]
         return [bits for key in keys if (bits := hash((key,))) & (_SPACE - 1) < threshold]
 
     def born(self, keys: Iterable[Hashable]) -> None:

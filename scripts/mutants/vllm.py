@@ -38,6 +38,9 @@ def mutants() -> list[Mutant]:
                        'tier.evict(capacity - tier.evictions_capacity, "capacity")',
                        "capacity - tier.evictions_capacity"),
         *counter_add("gpu.hash_gained", pool, "    inst.hashes_gained += n\n", "n"),
+        # a partial block promoted to full was hashed already: not a second gained hash
+        Mutant("gpu.hash_gained(promotion):doubled", pool,
+               "    if not inst.partial_seen:\n        return 0\n", "    return 0\n"),
         *recorder_call("gpu.evict(explicit)", pool, 'inst.tier.evict(freed, "explicit")',
                        "freed"),
         *recorder_call("gpu.evict(reset)", pool, 'inst.tier.evict(cached, "reset")',

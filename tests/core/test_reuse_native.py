@@ -32,7 +32,8 @@ def feed_both(a: ReuseProfile, b: ReuseProfile, references: list, seed: int) -> 
 
 
 @pytest.mark.parametrize(("capacity", "rate", "max_keys"), [
-    (2000, None, 1 << 17),   # the default: exact
+    (2000, None, 1 << 17),   # the default: exact (the C arrays grow 4096 -> 16384 keys)
+    (3000, 1.0, 10_000),     # grown to a max_keys that is no power of two, then forgetting
     (8, 1.0, 64),            # hundreds of compactions and forgotten keys
     (100, 0.25, 512),        # sampled, bounded
     (50_000, None, 4096),    # a low rate

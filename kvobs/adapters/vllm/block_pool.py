@@ -59,6 +59,8 @@ class BlockPoolInstrumentation(Instrumentation):
         self.hashes_gained = 0
         self.hashes_dropped = 0
         self.reset_pending = 0
+        #: a partial block was hashed (``cache_full_blocks`` may then promote hashed blocks)
+        self.partial_seen = False
         #: report blocks cached during decode to the reuse profile (``rec.written``)
         self.written = rec.profile_reuse
         self._settle_lock = threading.Lock()
@@ -152,7 +154,11 @@ def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Seq
                        num_cached_blocks: int, num_full_blocks: int,
                        *args: Any, **kwargs: Any) -> int:
     """Blocks of the window this call may hash that hold a hash already (indexed in
-    place: no slice, no tuple per call)."""
+    place: no slice, no tuple per call). vLLM hashes only blocks without one, except a
+    partial block promoted to full: until a ``cache_partial_block`` was seen there is
+    nothing to read."""
+    if not inst.partial_seen:
+        return 0
     n = 0
     for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
         if blocks[i]._block_hash is not None:
@@ -182,6 +188,7 @@ def _cache_full_after(inst: BlockPoolInstrumentation, before: int, result: Any,
 
 def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,
                     *args: Any, **kwargs: Any) -> bool:
+    inst.partial_seen = True  # from now on cache_full_blocks may promote hashed blocks
     return block._block_hash is not None
 
 

@@ -79,16 +79,28 @@ _NOTHING: Report = ([], 0, 0, 0.0, 0.0)
 
 
 def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> Report:
-    """Jobs this output completes, and the store / load bytes and seconds it reports."""
+    """Jobs this output completes, and the store / load bytes and seconds it reports.
+
+    Runs every step: the common output (nothing completed, nothing moved) is read with
+    plain attribute loads and answered with the shared empty report.
+    """
     meta: Any = getattr(connector_output, "kv_connector_worker_meta", None)
     if meta is None:
         return _NOTHING
-    stats = getattr(meta, "transfer_stats", None)
-    reported = (_reported(stats, "store", "bytes"), _reported(stats, "load", "bytes"),
-                _reported(stats, "store", "time"), _reported(stats, "load", "time"))
-    completed = getattr(meta, "completed_jobs", None)
+    try:
+        stats = meta.transfer_stats
+        store, load = stats.store, stats.load
+        reported = (store.bytes or 0, load.bytes or 0, store.time or 0.0, load.time or 0.0)
+        completed = meta.completed_jobs
+    except AttributeError:  # a worker metadata of another shape: read what it has
+        stats = getattr(meta, "transfer_stats", None)
+        reported = (_reported(stats, "store", "bytes"), _reported(stats, "load", "bytes"),
+                    _reported(stats, "store", "time"), _reported(stats, "load", "time"))
+        completed = getattr(meta, "completed_jobs", None)
     if not completed:
-        return ([], *reported) if any(reported) else _NOTHING
+        if reported[0] or reported[1] or reported[2] or reported[3]:
+            return ([], *reported)
+        return _NOTHING
     side = inst.target
     jobs, stale_below = side._jobs, side._stale_job_threshold
     done: Completions = []
@@ -108,6 +120,8 @@ def _reported(stats: Any, direction: str, field: str) -> Any:
 
 def _landed(inst: ConnectorInstrumentation, state: Report, result: None,
             connector_output: Any) -> None:
+    if state is _NOTHING:
+        return
     done, store_bytes, load_bytes, store_s, load_s = state
     if store_s:
         inst.offload.add_seconds(store_s / inst.workers)

@@ -278,3 +278,28 @@ def test_a_scrape_interrupted_between_its_walk_and_its_sums_reads_nothing_high()
         pool.null_block = real_null
     assert interrupted.fired
     assert_matches_engine(rec, pool)
+
+
+def test_a_partial_block_promoted_to_full_is_one_cached_block():
+    """vLLM's partial prefix entries: a block hashed partially, then promoted to full by
+    ``cache_full_blocks``, is one hashed block; when pool pressure repurposes it and its
+    neighbour, kvobs counts the capacity evictions vLLM's BlockRemoved events report."""
+    pool = BlockPool(num_gpu_blocks=9, enable_caching=True, hash_block_size=16,
+                     enable_kv_cache_events=True)
+    rec = Recorder(engine="vllm", model="test")
+    instrument_block_pool(pool, rec, block_tokens=32)
+    req = request(list(range(2, 66)))  # 64 tokens: four 16-token hashes, two 32-token blocks
+    blocks = pool.get_new_blocks(2)
+    pool.cache_partial_block(req, blocks[0], num_tokens=16, kv_cache_group_id=0,
+                             block_size=32)
+    pool.cache_full_blocks(req, blocks, num_cached_blocks=0, num_full_blocks=2,
+                           block_size=32, kv_cache_group_id=0)  # promotes blocks[0]
+    pool.free_blocks(blocks)
+    pool.take_events()
+    assert rec.snapshot().tier("gpu").cached_blocks == 2
+    pool.free_blocks(pool.get_new_blocks(8))  # every block: both cached ones repurposed
+    removed = sum(len(e.block_hashes) for e in pool.take_events()
+                  if isinstance(e, BlockRemoved))
+    gpu = rec.snapshot().tier("gpu")
+    assert gpu.evictions["capacity"] == removed == 2
+    assert gpu.cached_blocks == 0 and rec.snapshot().errors == {}
