@@ -20,9 +20,14 @@
  *       ownership of each destination line saves a third of the memory traffic.
  *   memcpy(dst_addr, src_addr, nbytes): plain libc memcpy, the benchmark's baseline.
  *   ReuseCore: the sampled path of kvobs.reuse.ReuseProfile (see its section below).
+ *   sample_bits(keys, threshold, mask): the keyed trackers' sampling (kvobs.residency).
+ *   walk_slots(blocks, hash_member, count_member) -> (hashed, in_use, cached): one pass
+ *       over a vLLM BlockPool's blocks (kvobs.adapters.vllm.block_pool.walk), reading two
+ *       __slots__ fields by their offsets.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -296,7 +301,9 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
  *       (a block written into the cache) only its recency is updated.
  *
  * State: an open-addressing table (bits -> slot, linear probing, backward-shift delete), a
- * Fenwick tree over 4 x max_live time slots (1 marks a key's latest slot), the key of each
+ * bitmap over 4 x max_live time slots (a set bit marks a key's latest slot) with a Fenwick
+ * tree over its 64-slot words (a distance reads a few words, not a path through a tree
+ * as large as the slots: a cache miss or two per sampled reference), the key of each
  * slot; slots are renumbered in recency order when they run out. The least recently used
  * key is forgotten when max_keys keys are live and a new one arrives.
  *
@@ -322,9 +329,10 @@ typedef struct {
     Py_ssize_t n_bounds;
     double *bounds;
     long long *counts;            /* n_bounds + 1 */
-    int32_t *tree;                /* slots + 1 */
+    int32_t *tree;                /* Fenwick over the words of live_bits: words + 1 */
     uint64_t *slot_key;           /* slots */
-    uint8_t *slot_live;           /* slots */
+    uint64_t *live_bits;          /* words = slots / 64 */
+    Py_ssize_t words;
     uint64_t *tbl_key;            /* cap */
     int32_t *tbl_slot;            /* cap; -1: empty */
     long long sampled, total, forgotten;
@@ -397,43 +405,60 @@ static void tbl_delete(ReuseCore *self, Py_ssize_t i)
     }
 }
 
+static inline int slot_live(ReuseCore *self, Py_ssize_t slot)
+{
+    return (int)((self->live_bits[slot >> 6] >> (slot & 63)) & 1);
+}
+
+/* Mark `slot` live (delta 1) or dead (delta -1). */
 static inline void tree_add(ReuseCore *self, Py_ssize_t slot, int32_t delta)
 {
+    uint64_t bit = 1ULL << (slot & 63);
+    if (delta > 0)
+        self->live_bits[slot >> 6] |= bit;
+    else
+        self->live_bits[slot >> 6] &= ~bit;
     int32_t *tree = self->tree;
-    for (Py_ssize_t i = slot + 1; i <= self->slots; i += i & -i)
+    for (Py_ssize_t i = (slot >> 6) + 1; i <= self->words; i += i & -i)
         tree[i] += delta;
 }
 
 static inline long long tree_prefix(ReuseCore *self, Py_ssize_t n) /* slots 0..n-1 */
 {
     long long total = 0;
-    for (Py_ssize_t i = n; i > 0; i -= i & -i)
+    for (Py_ssize_t i = n >> 6; i > 0; i -= i & -i)
         total += self->tree[i];
+    if (n & 63)
+        total += __builtin_popcountll(self->live_bits[n >> 6] & ((1ULL << (n & 63)) - 1));
     return total;
 }
 
-/* The lowest live slot (the least recently used key). */
+/* The lowest live slot (the least recently used key); there is one. */
 static Py_ssize_t tree_first(ReuseCore *self)
 {
     Py_ssize_t pos = 0, step = 1;
-    while (step * 2 <= self->slots)
+    while (step * 2 <= self->words)
         step *= 2;
     for (; step > 0; step /= 2) {
-        if (pos + step <= self->slots && self->tree[pos + step] < 1)
+        if (pos + step <= self->words && self->tree[pos + step] < 1)
             pos += step;
     }
-    return pos;
+    return (pos << 6) + __builtin_ctzll(self->live_bits[pos]);
 }
 
-/* Build the tree for live slots 0..n-1 of `slots` slots (all ones, then zeros). */
-static void tree_fill(int32_t *tree, Py_ssize_t slots, Py_ssize_t n)
+/* Mark live slots 0..n-1 of `words` x 64 slots (all others dead) and build the tree. */
+static void tree_fill(int32_t *tree, uint64_t *live_bits, Py_ssize_t words, Py_ssize_t n)
 {
-    memset(tree, 0, sizeof(int32_t) * (size_t)(slots + 1));
-    for (Py_ssize_t i = 1; i <= slots; i++) {
-        if (i <= n)
-            tree[i] += 1;
+    memset(live_bits, 0, sizeof(uint64_t) * (size_t)words);
+    for (Py_ssize_t w = 0; w < n >> 6; w++)
+        live_bits[w] = ~0ULL;
+    if (n & 63)
+        live_bits[n >> 6] = (1ULL << (n & 63)) - 1;
+    memset(tree, 0, sizeof(int32_t) * (size_t)(words + 1));
+    for (Py_ssize_t i = 1; i <= words; i++) {
+        tree[i] += __builtin_popcountll(live_bits[i - 1]);
         Py_ssize_t parent = i + (i & -i);
-        if (parent <= slots)
+        if (parent <= words)
             tree[parent] += tree[i];
     }
 }
@@ -442,21 +467,21 @@ static void tree_fill(int32_t *tree, Py_ssize_t slots, Py_ssize_t n)
  * recency order; -1 with MemoryError set (the old arrays are kept) on failure. */
 static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
 {
-    Py_ssize_t slots = 4 * max_live, cap = 2;
+    Py_ssize_t words = (4 * max_live + 63) / 64, slots = 64 * words, cap = 2;
     int bits = 1;
     while (cap < 2 * max_live) {
         cap *= 2;
         bits++;
     }
-    int32_t *tree = PyMem_Malloc(sizeof(int32_t) * (size_t)(slots + 1));
+    int32_t *tree = PyMem_Malloc(sizeof(int32_t) * (size_t)(words + 1));
     uint64_t *slot_key = PyMem_Calloc((size_t)slots, sizeof(uint64_t));
-    uint8_t *slot_live = PyMem_Calloc((size_t)slots, 1);
+    uint64_t *live_bits = PyMem_Malloc(sizeof(uint64_t) * (size_t)words);
     uint64_t *tbl_key = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
     int32_t *tbl_slot = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
-    if (!tree || !slot_key || !slot_live || !tbl_key || !tbl_slot) {
+    if (!tree || !slot_key || !live_bits || !tbl_key || !tbl_slot) {
         PyMem_Free(tree);
         PyMem_Free(slot_key);
-        PyMem_Free(slot_live);
+        PyMem_Free(live_bits);
         PyMem_Free(tbl_key);
         PyMem_Free(tbl_slot);
         PyErr_NoMemory();
@@ -465,7 +490,7 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
     memset(tbl_slot, 0xff, sizeof(int32_t) * (size_t)cap);
     Py_ssize_t n = 0;
     for (Py_ssize_t s = 0; s < self->clock; s++) {
-        if (!self->slot_live[s])
+        if (!slot_live(self, s))
             continue;
         uint64_t key = self->slot_key[s];
         Py_ssize_t i = (Py_ssize_t)((key * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
@@ -474,18 +499,18 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
         tbl_key[i] = key;
         tbl_slot[i] = (int32_t)n;
         slot_key[n] = key;
-        slot_live[n] = 1;
         n++;
     }
-    tree_fill(tree, slots, n);
+    tree_fill(tree, live_bits, words, n);
     PyMem_Free(self->tree);
     PyMem_Free(self->slot_key);
-    PyMem_Free(self->slot_live);
+    PyMem_Free(self->live_bits);
     PyMem_Free(self->tbl_key);
     PyMem_Free(self->tbl_slot);
     self->tree = tree;
     self->slot_key = slot_key;
-    self->slot_live = slot_live;
+    self->live_bits = live_bits;
+    self->words = words;
     self->tbl_key = tbl_key;
     self->tbl_slot = tbl_slot;
     self->max_live = max_live;
@@ -500,16 +525,14 @@ static void reuse_compact(ReuseCore *self)
 {
     Py_ssize_t n = 0, slots = self->slots;
     for (Py_ssize_t s = 0; s < slots; s++) {
-        if (!self->slot_live[s])
+        if (!slot_live(self, s))
             continue;
         uint64_t bits = self->slot_key[s];
         self->tbl_slot[tbl_find(self, bits)] = (int32_t)n;
-        self->slot_live[s] = 0;
         self->slot_key[n] = bits;
-        self->slot_live[n] = 1;
         n++;
     }
-    tree_fill(self->tree, slots, n);
+    tree_fill(self->tree, self->live_bits, self->words, n);
     self->clock = n;
 }
 
@@ -533,7 +556,6 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
         if (self->live >= self->max_keys) {
             Py_ssize_t oldest = tree_first(self);
             tree_add(self, oldest, -1);
-            self->slot_live[oldest] = 0;
             tbl_delete(self, tbl_find(self, self->slot_key[oldest]));
             self->live--;
             self->forgotten++;
@@ -551,11 +573,9 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
             distance = (double)(self->live - older + 1) * self->weight;
         }
         tree_add(self, previous, -1);
-        self->slot_live[previous] = 0;
     }
     self->tbl_slot[pos] = (int32_t)now;
     self->slot_key[now] = bits;
-    self->slot_live[now] = 1;
     tree_add(self, now, 1);
     if (!counted)
         return 0;
@@ -632,14 +652,14 @@ static void reuse_free_arrays(ReuseCore *self)
     PyMem_Free(self->counts);
     PyMem_Free(self->tree);
     PyMem_Free(self->slot_key);
-    PyMem_Free(self->slot_live);
+    PyMem_Free(self->live_bits);
     PyMem_Free(self->tbl_key);
     PyMem_Free(self->tbl_slot);
     self->bounds = NULL;
     self->counts = NULL;
     self->tree = NULL;
     self->slot_key = NULL;
-    self->slot_live = NULL;
+    self->live_bits = NULL;
     self->tbl_key = NULL;
     self->tbl_slot = NULL;
 }
@@ -789,6 +809,70 @@ fail:
     return NULL;
 }
 
+/* ---- block pool walk (kvobs.adapters.vllm.block_pool) ---------------------------------
+ *
+ * walk_slots(blocks, hash_member, count_member) -> (hashed, in_use, cached)
+ *     `blocks` a list of objects of one __slots__ class; `hash_member` / `count_member` the
+ *     class's member descriptors of the prefix hash (None: no hash) and the reference count
+ *     (an int). Counts blocks holding a hash, blocks with a reference, and unreferenced
+ *     blocks holding a hash. Reads each block's two slots at their offsets, holding the GIL
+ *     throughout: the engine cannot move in the middle of the walk. An object of another
+ *     type, or a count that is not an int, is a TypeError (the caller then walks in Python).
+ */
+
+static Py_ssize_t member_offset(PyObject *descr, PyTypeObject **owner)
+{
+    if (!PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
+        PyErr_SetString(PyExc_TypeError, "walk_slots: expected a __slots__ member descriptor");
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX && member->type != T_OBJECT) {
+        PyErr_SetString(PyExc_TypeError, "walk_slots: the member does not hold an object");
+        return -1;
+    }
+    *owner = PyDescr_TYPE(descr);
+    return member->offset;
+}
+
+static PyObject *walk_slots(PyObject *unused, PyObject *args)
+{
+    PyObject *blocks, *hash_member, *count_member;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &blocks, &hash_member, &count_member))
+        return NULL;
+    PyTypeObject *hash_type, *count_type;
+    Py_ssize_t hash_at = member_offset(hash_member, &hash_type);
+    if (hash_at < 0)
+        return NULL;
+    Py_ssize_t count_at = member_offset(count_member, &count_type);
+    if (count_at < 0)
+        return NULL;
+    Py_ssize_t hashed_used = 0, cached = 0, used = 0, n = PyList_GET_SIZE(blocks);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *block = PyList_GET_ITEM(blocks, i);
+        if (!PyObject_TypeCheck(block, hash_type) || !PyObject_TypeCheck(block, count_type)) {
+            PyErr_SetString(PyExc_TypeError, "walk_slots: a block of another type");
+            return NULL;
+        }
+        PyObject *hash = *(PyObject **)((char *)block + hash_at);
+        PyObject *count = *(PyObject **)((char *)block + count_at);
+        if (count == NULL || !PyLong_CheckExact(count)) {
+            PyErr_SetString(PyExc_TypeError, "walk_slots: a reference count that is no int");
+            return NULL;
+        }
+        int referenced = PyObject_IsTrue(count); /* an exact int: its own bool, no Python */
+        if (hash != NULL && hash != Py_None) {
+            if (referenced)
+                hashed_used++;
+            else
+                cached++;
+        } else if (referenced) {
+            used++;
+        }
+    }
+    return Py_BuildValue("(nnn)", hashed_used + cached, used + hashed_used, cached);
+}
+
 static PyMethodDef reuse_methods[] = {
     {"reference", (PyCFunction)reuse_reference, METH_VARARGS,
      "reference(keys, counted=True): sample and profile block keys."},
@@ -817,6 +901,8 @@ static PyMethodDef methods[] = {
     {"plan_seq", plan_seq, METH_VARARGS, "Validate a sequence of pairs and coalesce runs."},
     {"copy_runs", copy_runs, METH_VARARGS, "Copy planned runs for every layer."},
     {"memcpy", native_memcpy, METH_VARARGS, "libc memcpy between two addresses."},
+    {"walk_slots", walk_slots, METH_VARARGS,
+     "walk_slots(blocks, hash_member, count_member): (hashed, in_use, cached) of a pool."},
     {"sample_bits", sample_bits, METH_VARARGS,
      "sample_bits(keys, threshold, mask): hash((key,)) of the keys whose low bits sample."},
     {NULL, NULL, 0, NULL},

@@ -120,7 +120,7 @@ def _store_completed(inst: OffloadingInstrumentation, pending: int, result: None
     if success:  # ...and land as cached data; keyed when they are exactly the call's keys
         inst.tier.store(landed, keys=keys if landed == len(keys) else None)
         refused = inst.refused
-        if refused:
+        if refused and not refused.keys().isdisjoint(keys):  # one C pass in the common case
             for key in keys:
                 refused.pop(key, None)
     else:
