@@ -295,8 +295,9 @@ derived at collection (see the module docstring)."""
 
 
 def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
-                          block_tokens: int | None = None,
-                          block_bytes: int = 0) -> BlockPoolInstrumentation:
+                          block_tokens: int | None = None, block_bytes: int = 0,
+                          role: str = "", request_blocks: int = 0,
+                          ) -> BlockPoolInstrumentation:
     """Count a vLLM ``BlockPool`` as tier ``tier`` of ``rec``.
 
     Args:
@@ -306,6 +307,9 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
         block_tokens: tokens per block; defaults to the pool's ``hash_block_size``.
         block_bytes: bytes per block across all layers (0 if unknown); see
             :func:`kvobs.adapters.vllm.capacity.gpu_tier_capacity`.
+        role: the tier's role (``primary`` / ``cache``; default by name), and
+            ``request_blocks`` the blocks one request needs there (0: by tokens); see
+            :meth:`kvobs.recorder.Recorder.add_tier`.
 
     Returns:
         The instrumentation; ``.unwrap()`` restores the pool. It is inactive (nothing
@@ -317,9 +321,11 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
     """
     def make(active: bool) -> BlockPoolInstrumentation:
         tokens = block_tokens or int(getattr(pool, "hash_block_size", 1))
-        add = rec.add_tier if active else TierRecorder  # an unknown pool exports nothing
-        return BlockPoolInstrumentation(pool, rec, add(tier, pool_capacity(pool), tokens,
-                                                       block_bytes), active)
+        capacity = pool_capacity(pool)
+        recorder = rec.add_tier(tier, capacity, tokens, block_bytes, role=role,
+                                request_blocks=request_blocks) if active else \
+            TierRecorder(tier, capacity, tokens, block_bytes)  # an unknown pool exports nothing
+        return BlockPoolInstrumentation(pool, rec, recorder, active)
 
     inst = instrument(pool, SPEC, make)
     if inst.active:

@@ -289,13 +289,11 @@ def instrument_hisparse(scheduler: Any, rec: Recorder,
         undo.callback(unwrap_all)
         pool = instrument_block_pool(coordinator.get_host_block_pool(), rec, tier=HOST,
                                      block_tokens=host.block_tokens,
-                                     block_bytes=host.block_bytes)
+                                     block_bytes=host.block_bytes, role=PRIMARY,
+                                     request_blocks=host_request)
         parts.append(pool)
-        if pool.active:
-            rec.add_tier(HOST, host.blocks, host.block_tokens, host.block_bytes,
-                         role=PRIMARY, request_blocks=host_request)
-            if GPU in rec.tier_names:
-                rec.tier(GPU).request_blocks = gpu_request
+        if pool.active and GPU in rec.tier_names:
+            rec.tier(GPU).request_blocks = gpu_request
 
         def make(active: bool) -> CoordinatorInstrumentation:
             return CoordinatorInstrumentation(coordinator, rec, active,
