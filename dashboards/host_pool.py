@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from .curve import trend_curve
+from .curve import Marker, xy_curve
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
 
@@ -74,18 +74,20 @@ def _verdict() -> Section:
                    PER_SECOND,
                    [Query(saved, "prefill saved"), Query(onload, "onload")],
                    axis_label="seconds per second"),
-        trend_curve("What-if: hit ratio by cache size",
-                    "Predicted LRU hit ratio of block references if the whole cache held "
-                    "that many blocks (GPU blocks; x axis in powers of two), from the sampled "
-                    "reuse-distance profile over the last hour: one curve, sizes in "
-                    "numeric order. The engine's sizes are the stat 'Cache sizes' beside "
-                    "it (GPU: kvobs_tier_capacity_blocks; GPU + host: "
-                    "kvobs_reuse_capacity_blocks, the 1x point); `kvobs report` marks them "
-                    "on the curve. `kvobs whatif --prometheus` answers for any size and in "
-                    "GiB.",
-                    "percentunit", Query(_whatif_curve(), "hit ratio"), "le",
-                    "cache size (blocks)",
-                    [Query(gpu_size, "GPU"), Query(cache_size, "GPU + host")], width=9),
+        xy_curve("What-if: hit ratio by cache size",
+                 "Predicted LRU hit ratio of block references if the whole cache held "
+                 "that many blocks (GPU blocks; x axis in powers of two), from the sampled "
+                 "reuse-distance profile over the last hour: one curve, sizes in numeric "
+                 "order. The vertical lines mark the engine's sizes: GPU (dashed, "
+                 "kvobs_tier_capacity_blocks) and GPU+host (dotted, "
+                 "kvobs_reuse_capacity_blocks, the 1x point); the stat 'Cache sizes' "
+                 "beside it gives their numbers. `kvobs whatif --prometheus` answers for "
+                 "any size and in GiB.",
+                 "percentunit", Query(_whatif_curve(), "hit ratio"), "le",
+                 "cache size (blocks)",
+                 [Marker(Query(gpu_size, "GPU"), "GPU", "gpu", "dash"),
+                  Marker(Query(cache_size, "GPU + host"), "GPU+host", "host", "dot")],
+                 width=9),
         stat("Cache sizes",
              "The engine's cache sizes in GPU blocks, as marked on the what-if curve: the "
              "GPU pool, and GPU + host (the size the reuse profile's buckets are multiples "

@@ -23,8 +23,14 @@ from grafanalib.core import Dashboard
 
 SCHEMA_DIR = Path(__file__).parent / "schema"
 
+_SOURCE: dict[str, Any] = json.loads((SCHEMA_DIR / "source.json").read_text())
+
 #: Grafana's current dashboard schema version, as pinned in ``schema/source.json``.
-SCHEMA_VERSION: int = json.loads((SCHEMA_DIR / "source.json").read_text())["schemaVersion"]
+SCHEMA_VERSION: int = _SOURCE["schemaVersion"]
+
+#: The Grafana release the schemas are pinned to (``@grafana/schema``'s version): the
+#: ``pluginVersion`` of a panel whose options Grafana must not migrate.
+GRAFANA_VERSION: str = _SOURCE["version"]
 
 _LEGACY_DASHBOARD_KEYS = ("__inputs", "hideControls", "rows", "sharedCrosshair", "style", "gnetId")
 _LEGACY_PANEL_KEYS = ("editable", "error", "height", "minSpan", "span", "thresholds",

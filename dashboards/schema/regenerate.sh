@@ -16,7 +16,7 @@ set -euo pipefail
 
 GRAFANA_SCHEMA_VERSION="${GRAFANA_SCHEMA_VERSION:-13.2.3}"
 GENERATOR_VERSION="${GENERATOR_VERSION:-2.10.0}"
-PANEL_TYPES=(timeseries stat heatmap trend)
+PANEL_TYPES=(timeseries stat heatmap xychart)
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WORK="$(mktemp -d)"

@@ -62,7 +62,7 @@ class PanelData:
     stacked: bool = False
     #: The variable Grafana repeats the panel over (one copy per value), if any.
     repeat: str | None = None
-    #: The label a trend panel draws its curve over (Grafana's ``options.xField``).
+    #: The label an XY chart draws its curve over (its first series' x field).
     x_field: str | None = None
 
 
@@ -111,6 +111,22 @@ def is_stacked(panel: Mapping[str, Any]) -> bool:
     """Whether a panel stacks its series by default."""
     custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
     return bool(custom.get("stacking", {}).get("mode") == "normal")
+
+
+def curve_x_field(panel: Mapping[str, Any]) -> str | None:
+    """The field an XY chart's first series (its curve) takes x from, where the series
+    mapping names it; None for any other panel.
+
+    Example:
+        >>> curve_x_field({"type": "xychart", "options": {"series": [
+        ...     {"x": {"matcher": {"id": "byName", "options": "le"}}}]}})
+        'le'
+    """
+    if panel.get("type") != "xychart":
+        return None
+    series = panel.get("options", {}).get("series") or [{}]
+    matcher = series[0].get("x", {}).get("matcher", {})
+    return matcher.get("options") if matcher.get("id") == "byName" else None
 
 
 def legend(fmt: str, labels: Mapping[str, str]) -> str:
@@ -162,7 +178,7 @@ def fetch_panels(client: PrometheusClient, dashboard: Mapping[str, Any],
                                 panel.get("description", ""), targets, notes,
                                 series_overrides(panel), is_stacked(panel),
                                 panel.get("repeat") or None,
-                                panel.get("options", {}).get("xField")))
+                                curve_x_field(panel)))
     return result
 
 

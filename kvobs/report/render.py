@@ -208,8 +208,8 @@ def _size(value: float, _pos: object = None) -> str:
     return f"{value:,.0f}"
 
 
-def _draw_trend(ax: Axes, panel: PanelData) -> None:
-    """One curve over a numeric label (the first query: the label in ``xField``), sizes
+def _draw_curve(ax: Axes, panel: PanelData) -> None:
+    """One curve over a numeric label (the first query: the label in ``x_field``), sizes
     in numeric order on a log2 axis; each further query a size marked on that axis."""
     curve, *markers = panel.targets
     label = panel.x_field or "le"
@@ -224,7 +224,8 @@ def _draw_trend(ax: Axes, panel: PanelData) -> None:
                        linewidth=1.6, label=f"{name}: {size:,.0f} blocks")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(_size))
-    ax.set_xlabel(panel.overrides.get(label, {}).get("displayName", label), fontsize=8)
+    axis = panel.overrides.get(label, {})
+    ax.set_xlabel(axis.get("custom.axisLabel") or axis.get("displayName", label), fontsize=8)
     _value_axis(ax.yaxis, panel.unit)
     ax.set_ylabel(describe(panel.unit), fontsize=8)
     if panel.unit == "percentunit":
@@ -262,8 +263,8 @@ def _draw_panel(ax: Axes, panel: PanelData, title: bool = True) -> None:
     if panel.kind == "stat":
         _draw_stat(ax, panel)
         _draw_verdict(ax, panel)
-    elif panel.kind == "trend":
-        _draw_trend(ax, panel)
+    elif panel.kind == "xychart":
+        _draw_curve(ax, panel)
     elif panel.kind == "heatmap":
         _draw_heatmap(ax, panel)
     else:

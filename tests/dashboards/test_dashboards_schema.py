@@ -83,6 +83,6 @@ def test_grafanalib_defaults_do_not_validate() -> None:
     assert "'rows'" in found and "'sharedCrosshair'" in found
 
 
-@pytest.mark.parametrize("kind", ["timeseries", "stat", "heatmap"])
+@pytest.mark.parametrize("kind", ["timeseries", "stat", "heatmap", "xychart"])
 def test_panel_schemas_reject_unknown_options(kind: str) -> None:
     assert errors(f"panels/{kind}.options.schema.json", {"not_an_option": 1})

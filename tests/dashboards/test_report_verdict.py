@@ -55,7 +55,7 @@ def panels(net: float | None) -> dict[str, PanelData]:
 
 def test_the_whatif_is_one_curve_in_numeric_order_with_the_sizes_marked() -> None:
     panel = panels(0.126)["What-if: hit ratio by cache size"]
-    assert panel.kind == "trend" and panel.x_field == "le"
+    assert panel.kind == "xychart" and panel.x_field == "le"
     fig, ax = plt.subplots()
     try:
         _draw_panel(ax, panel)
