@@ -119,4 +119,8 @@ def mutants() -> list[Mutant]:
                      "int(sum(misses))"),
         *counter_add("hisparse.hot.bytes", hisparse,
                      "    inst.load_bytes += int(sum(nbytes))\n", "int(sum(nbytes))"),
+        # a dense model's DP ranks: vLLM resets data_parallel_rank to 0 in every rank
+        Mutant("plugin.dp_rank(data_parallel_index):dropped", f"{ADAPTERS}/plugin.py",
+               'int(index or getattr(parallel, "data_parallel_rank", 0) or 0)',
+               'int(getattr(parallel, "data_parallel_rank", 0) or 0)'),
     ]

@@ -329,8 +329,15 @@ def state() -> _Enabled:
 
 
 def _dp_rank(vllm_config: Any) -> int:
+    """The engine's data-parallel rank: ``data_parallel_index`` where vLLM sets it, else
+    ``data_parallel_rank``. A dense model's DP ranks are independent engines, and vLLM
+    resets each one's ``data_parallel_rank`` to 0 (``reconfigure_for_independent_dp_rank``)
+    keeping the rank in ``data_parallel_index`` only: read alone, ``data_parallel_rank``
+    gave every rank ``dp_rank="0"`` and the ports of rank 0, taken by whichever rank
+    bound first."""
     parallel = getattr(vllm_config, "parallel_config", None)
-    return int(getattr(parallel, "data_parallel_rank", 0) or 0)
+    index = getattr(parallel, "data_parallel_index", None)
+    return int(index or getattr(parallel, "data_parallel_rank", 0) or 0)
 
 
 def _model_name(vllm_config: Any) -> str:

@@ -173,16 +173,26 @@ def chats(seed: int = 0) -> list[list[tuple[str, list[int], int]]]:
 
 def build(model: Path, events: str, kvobs_port: int) -> Any:
     from vllm import LLM
-    from vllm.config import KVEventsConfig, KVTransferConfig
+    from vllm.config import KVEventsConfig
 
     os.environ["KVOBS_METRICS_ADDR"] = f"127.0.0.1:{kvobs_port}"
     return LLM(
+        **engine_options(model),
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+                                        endpoint=events, topic="kv"))
+
+
+def engine_options(model: Path) -> dict[str, Any]:
+    """The engine's settings (shared with ``engine_run_dp.py``): the tiny model, the GPU
+    pool of ``GPU_BLOCKS``, and the host tier of ``HOST_CHUNKS`` through vLLM's
+    ``OffloadingConnector`` with the test's host-copy spec."""
+    from vllm.config import KVTransferConfig
+
+    return dict(
         model=str(model), skip_tokenizer_init=True, enforce_eager=True, dtype=DTYPE,
         block_size=BLOCK, enable_prefix_caching=True, num_gpu_blocks_override=GPU_BLOCKS,
         kv_cache_memory_bytes=1 << 23, max_model_len=MAX_MODEL_LEN, max_num_seqs=IN_FLIGHT,
         disable_log_stats=False, seed=0,
-        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
-                                        endpoint=events, topic="kv"),
         kv_transfer_config=KVTransferConfig(
             kv_connector="OffloadingConnector", kv_role="kv_both",
             kv_connector_extra_config={"cpu_bytes_to_use": HOST_CHUNKS * host_chunk_bytes(),
