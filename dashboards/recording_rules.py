@@ -15,9 +15,11 @@ from typing import Any
 
 #: Labels that identify one engine instance (namespace is absent outside Kubernetes).
 INSTANCE = "namespace, job, instance, engine, model"
-#: One process of an engine: its instance, and its tensor-parallel rank where it has one
-#: (SGLang and LMCache run a process per rank, each counting the batch's tokens).
-PROCESS = f"{INSTANCE}, tp_rank"
+#: One process of an engine: its instance, and its data- and tensor-parallel ranks where it
+#: has them (SGLang and LMCache run a process per TP rank, each counting the batch's
+#: tokens; a vLLM data-parallel rank is an engine of its own, even where its processes
+#: share one scrape target's ``instance``).
+PROCESS = f"{INSTANCE}, dp_rank, tp_rank"
 
 _ONLOAD = 'src_tier="host", dst_tier="gpu"'
 
