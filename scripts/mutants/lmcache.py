@@ -10,7 +10,7 @@ SUITES = ((".venv-lmcache/bin/python", "tests/engines/lmcache056"),)
 
 def mutants() -> list[Mutant]:
     backend, engine = f"{ADAPTER}/backend.py", f"{ADAPTER}/engine.py"
-    lookup = "    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host)"
+    lookup = "    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host, keys=keys)"
     return [
         # the host tier (LocalCPUBackend and its memory allocator)
         *recorder_call("host.allocate", backend,
@@ -34,6 +34,9 @@ def mutants() -> list[Mutant]:
         *recorder_call("host.evict(popped)", backend, 'owner.tier.evict(1, "capacity")', "1"),
         *recorder_call("host.free(dropped)", backend, "    owner.tier.free(1)\n", "1"),
         *counter_add("host.found", backend, "inst.found += int(hits)", "int(hits)"),
+        # the reuse profile: chunks stored with no lookup (the answers), written
+        *recorder_call("reuse.written", backend, "inst.rec.written((key.chunk_hash,))",
+                       "(key.chunk_hash,)"),
         # lookups (LMCacheEngine.lookup)
         *recorder_call("lookup.tokens", engine, lookup, "tokens"),
         *keyword("lookup.host_hit", engine, lookup, "host_hit", "host"),

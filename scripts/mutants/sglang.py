@@ -20,7 +20,8 @@ def _list_arg(event: str, path: str, old: str, name: str) -> list[Mutant]:
 
 def mutants() -> list[Mutant]:
     gpu, host = f"{ADAPTERS}/gpu.py", f"{ADAPTERS}/host.py"
-    lookup = "inst.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=min(promised, loaded))"
+    lookup = ("inst.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=min(promised, loaded), "
+              "keys=keys)")
     timed = "link.timed(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)"
     return [
         # the GPU tier: allocator and radix cache
@@ -37,6 +38,9 @@ def mutants() -> list[Mutant]:
         *recorder_call("lookup.tokens", gpu, lookup, "tokens"),
         *keyword("lookup.gpu_hit", gpu, lookup, "gpu_hit", "gpu_hit"),
         *keyword("lookup.host_hit", gpu, lookup, "host_hit", "min(promised, loaded)"),
+        # the reuse profile: pages the tree took past the lookup's (the answers), written
+        *recorder_call("reuse.written", gpu, "inst.rec.written(keys[start:end])",
+                       "keys[start:end]"),
         # refused backups (drops): the shared counter and both callers
         *recorder_call("drop", gpu, "rec.link(src, dst).drop(len(new))", "len(new)"),
         *_list_arg("drop(tree refused)", gpu, "refuse_backup(inst.rec, gpu.refused, pages,",

@@ -42,7 +42,8 @@ engine call                        events
                                    ``sum(offsets)`` tokens (what LMCache counts), hit
                                    tokens = its result: ``host_hit`` for the chunks the
                                    ``LocalCPUBackend`` holds, ``disk_hit`` for the rest
-                                   (a later backend: disk, remote)
+                                   (a later backend: disk, remote); keys: the
+                                   chunk hashes it probed (reuse profile)
 ``LMCacheEngine.post_init``        instruments the ``LocalCPUBackend`` it built
 GPU connector                      gpu->host ``transfer(chunks, bytes)`` of the chunks
 ``batched_from_gpu`` (``store``)   copied (a chunk whose key is cached already is
@@ -55,7 +56,10 @@ backend ``allocate`` (not None)    ``allocate(1)``; ``batched_allocate``: ``allo
 backend ``submit_put_task``        ``free(1)`` + ``store(1, keys)``: the written chunk
 new key                            lands in the cache (in use -> cached); a known key:
                                    nothing (LMCache keeps the old chunk; the new one is
-                                   freed when the writer drops it, below)
+                                   freed when the writer drops it, below); a
+                                   new chunk no recent lookup asked for (an
+                                   answer's, ``save_decode_cache``) is also
+                                   ``rec.written((chunk_hash,))``
 allocator ``free`` of a chunk      ``free(1)`` (in use -> free): the last reference to a
 not in the cache                   chunk that never landed (or outlived its eviction)
 backend ``get_blocking`` hit       ``reuse(1, keys)`` + ``free(1, cached=True)``: a host

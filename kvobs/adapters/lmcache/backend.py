@@ -9,6 +9,13 @@ chunks a reader holds after their eviction). The event table is in
 ``LMCacheEngine`` (:mod:`kvobs.adapters.lmcache.engine`), which reads here only how
 many of the chunks it found lie in this backend (``batched_contains``).
 
+Reuse profile keys: a chunk is its ``CacheEngineKey.chunk_hash`` (LMCache's prefix-chained
+hash of the chunk's tokens). The engine's lookup passes the keys this backend was asked
+for (every chunk of the prompt, read in ``batched_contains``); a new chunk landing here
+(``submit_put_task``) whose key no recent lookup asked for (a chunk of generated tokens,
+stored by the connector's ``save_decode_cache``, or a ``store`` nobody looked up) goes to
+``rec.written``, once: a duplicate put lands nothing.
+
 So ``in_use == allocations + reuses - frees`` and ``cached == frees_to_cache + stores -
 reuses - evictions`` hold exactly, duplicate puts and reads included. Occupancy itself
 is read from the backend at collection (the two agree; ``kvobs.testing`` checks it).
@@ -23,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from kvobs.adapters._hooks import (
@@ -40,6 +48,9 @@ from kvobs.tiers import HOST
 
 COMPONENT = "lmcache.local_cpu_backend"
 ALLOCATOR_COMPONENT = "lmcache.memory_allocator"
+#: Looked-up chunk keys remembered per generation (two kept): a chunk stored within this
+#: many looked-up keys of its lookup is that lookup's, not written.
+RECENT_KEYS = 16384
 
 
 class LMCacheInstrumentation(Instrumentation):
@@ -49,6 +60,9 @@ class LMCacheInstrumentation(Instrumentation):
         found: chunks this backend found (``batched_contains``) during the engine
             lookup now running in thread ``probing``; the engine's lookup hook reads it.
         probing: ident of the thread whose engine lookup is probing, else None.
+        keyed: feed the reuse profile (the engine sets it: a profile is kept and
+            lookups are not layerwise); ``probe_keys`` are then the keys the running
+            lookup asked for.
     """
 
     def __init__(self, backend: Any, rec: Recorder | None, tier: TierRecorder,
@@ -60,6 +74,33 @@ class LMCacheInstrumentation(Instrumentation):
         self.removal_reason: str | None = None   # "reset" while ``clear`` runs
         self.cached_ids: set[int] = set()         # chunks this tier counts as cached
         self.removing: set[int] = set()           # chunks inside a ``remove`` call
+        self.keyed = False
+        self.probe_keys: Sequence[Any] | None = None
+        self._recent: set[int] = set()            # chunk hashes looked up lately...
+        self._older: set[int] = set()             # ...and the generation before
+
+    def looked_up(self, keys: Sequence[Any]) -> list[int]:
+        """The chunk hashes of a lookup's ``keys``, remembered as looked up (so their
+        landing is the lookup's own miss, not a write).
+
+        Example:
+            >>> class Key:
+            ...     def __init__(self, h): self.chunk_hash = h
+            >>> inst = LMCacheInstrumentation(object(), None, TierRecorder("host", 4, 16, 1),
+            ...                               False, 16)
+            >>> inst.looked_up([Key(7), Key(9)]), inst.was_looked_up(9), inst.was_looked_up(8)
+            ([7, 9], True, False)
+        """
+        hashes = [key.chunk_hash for key in keys]
+        recent = self._recent
+        recent.update(hashes)
+        if len(recent) > RECENT_KEYS:
+            self._older, self._recent = recent, set()
+        return hashes
+
+    def was_looked_up(self, chunk_hash: int) -> bool:
+        """Whether a recent lookup asked for ``chunk_hash``."""
+        return chunk_hash in self._recent or chunk_hash in self._older
 
     def resident(self) -> tuple[int, int]:
         """``(in_use, cached)`` chunks, read from the backend."""
@@ -103,12 +144,16 @@ def _put(inst: LMCacheInstrumentation, new: bool, result: Any, key: Any, memory_
         inst.cached_ids.add(id(memory_obj))
         inst.tier.free(1)                 # the writer's chunk leaves "in use"...
         inst.tier.store(1, keys=(key,))   # ...and lands in the cache: an offload
+        if inst.keyed and not inst.was_looked_up(key.chunk_hash):
+            inst.rec.written((key.chunk_hash,))   # no lookup asked for it: written
 
 
 def _found(inst: LMCacheInstrumentation, state: None, hits: int, keys: Any,
            *args: Any, **kwargs: Any) -> None:
     if inst.probing == threading.get_ident():   # inside the engine's lookup, not a
         inst.found += int(hits)                  # retrieve's block mapping elsewhere
+        if inst.probe_keys is None:              # the first backend asked: every chunk
+            inst.probe_keys = keys
 
 
 def _got(inst: LMCacheInstrumentation, state: None, obj: Any, key: Any) -> None:

@@ -7,8 +7,10 @@ lookup client), ``retrieve``, ``lookup_unpin``, ``store``, ``clear``. kvobs wrap
   (``len(tokens)``, or ``sum(offsets)`` when the lookup client sends chunk hashes) with
   the hit tokens LMCache returns: those found in the ``LocalCPUBackend`` (the first
   backend LMCache probes) as ``host_hit``, the rest of the prefix (any later backend:
-  local disk, remote) as ``disk_hit``. A lookup of an unhealthy engine (LMCache answers
-  0 without counting it) is not counted either;
+  local disk, remote) as ``disk_hit``, with the chunk hashes LMCache asked the backend
+  for as the reuse profile's keys (not for layerwise lookups, which ask per chunk and
+  stop at the first miss; chunks stored with no lookup: :mod:`.backend`). A lookup of an
+  unhealthy engine (LMCache answers 0 without counting it) is not counted either;
 * the engine's ``post_init``, where LMCache builds its ``StorageManager``: the
   ``LocalCPUBackend`` is instrumented there (:mod:`kvobs.adapters.lmcache.backend`), or
   at once if the engine is already post-initialised;
@@ -80,6 +82,7 @@ class LMCacheEngineInstrumentation(Instrumentation):
             block_bytes=backend.get_full_chunk_size_bytes(),
             capacity_blocks=self.capacity_blocks, tier=self.tier_name)
         if inst.active:                   # else one warning said why; hits count as host
+            inst.keyed = bool(self.rec.profile_reuse) and self.keys_per_chunk == 1
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 
@@ -93,6 +96,7 @@ def _looking_up(inst: LMCacheEngineInstrumentation, tokens: Any = None, hashes: 
     backend = inst.backend
     if backend is not None:
         backend.found = 0
+        backend.probe_keys = None
         backend.probing = threading.get_ident()
     return len(tokens) if tokens is not None else sum(offsets)
 
@@ -102,11 +106,14 @@ def _looked_up(inst: LMCacheEngineInstrumentation, tokens: int | None, hit: int,
     if tokens is None:
         return
     backend = inst.backend
-    host = hit
+    host, keys = hit, None
     if backend is not None:               # the backends' hits form the prefix in order
         backend.probing = None
         host = min(hit, backend.found // inst.keys_per_chunk * inst.chunk_tokens)
-    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host)
+        probed, backend.probe_keys = backend.probe_keys, None
+        if probed is not None and backend.keyed:
+            keys = backend.looked_up(probed)
+    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host, keys=keys)
 
 
 def _optional(target: Any, spec: AdapterSpec,

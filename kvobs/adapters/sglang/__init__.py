@@ -12,8 +12,10 @@ scheduler process (one recorder per scheduler / TP rank), before the first reque
 
 * :func:`instrument_token_allocator` (:mod:`.gpu`) with ``tree_cache=``: the GPU tier
   (in use vs cached from ``evictable_size()``), prefix hits, evictions whichever way the
-  tree evicts (``evict``, the allocator's ``evict_for_alloc``) and one lookup per request
-  the ``PrefillAdder`` admits (GPU and host hit tokens as SGLang splits ``cached_tokens``);
+  tree evicts (``evict``, the allocator's ``evict_for_alloc``), one lookup per request
+  the ``PrefillAdder`` admits (GPU and host hit tokens as SGLang splits ``cached_tokens``,
+  the prompt's page keys for the reuse profile) and the pages the tree takes past a
+  lookup's at ``checkpoint`` (an answer, written in decode) as ``rec.written``;
 * :func:`instrument_cache_controller` (:mod:`.host`) second: the host tier (the group's
   anchor pool), backups (gpu->host) and load-backs (host->gpu) with their bytes summed
   over the group's pools, refused backups (drops) and, on a GPU, SGLang's device times.

@@ -23,10 +23,15 @@ engine change                              events
 allocator's ``evict_to_free_tokens``)      ``num_tokens_evicted`` (outermost call only)
 ``reset``                                  ``evict(cached, "reset")``; the allocator's
                                            ``clear`` then frees the rest
-``finish_storage_prefetch_admission``      ``rec.lookup(tokens, gpu_hit, host_hit)``:
-(``PrefillAdder`` admits a request)        one per request admitted, from its last
-                                           ``match_prefix`` (``params.req`` set) and
-                                           its ``init_load_back``
+``finish_storage_prefetch_admission``      ``rec.lookup(tokens, gpu_hit, host_hit,
+(``PrefillAdder`` admits a request)        keys)``: one per request admitted, from its
+                                           last ``match_prefix`` (``params.req`` set)
+                                           and its ``init_load_back``; ``keys``: the
+                                           matched key's full pages (:func:`page_keys`)
+``checkpoint`` advances                    ``rec.written(keys)``: the pages the tree now
+``req.kv.cache_protected_len``             holds beyond the ones the request's lookup
+                                           referenced (its answer, written in decode;
+                                           a finished or a running request), each once
 ``_execute_kv_backup`` -> None (host       ``rec.link(gpu, host).drop(n)``: n device
 eviction cannot make room), or the         pages refused a backup, each once until it
 controller's ``write`` -> None             is freed or backed up
@@ -44,6 +49,16 @@ counts it once, with ``device_prefix_len`` as GPU hit and the host tokens
 ``init_load_back`` really loaded (none when the load was refused) as host hit -- the
 split SGLang's ``PrefillAdder`` reports as ``cached_tokens`` from device and host.
 A retracted request readmitted counts again (SGLang leaves it out of its split).
+
+Reuse profile keys: one per page, chained over the page's tokens and every page before
+it (and the key's ``extra_key`` / ``cache_salt`` namespace), so a page's key names its
+whole prefix as the radix tree does. The lookup passes the pages the match could hit
+(``len(key)`` full pages: SGLang matches at most the prompt less its last token); the
+chain is kept per running request and extended, never recomputed, when ``checkpoint``
+inserts more pages (SGLang 0.5.23 has no ``cache_finished_req`` /
+``cache_unfinished_req``: ``release_kv_cache`` and ``checkpoint_kv_cache`` both call
+``checkpoint``). Pages past the lookup's go to ``rec.written`` once: the insert moves
+``cache_protected_len`` forward only. Off when the recorder keeps no profile.
 
 Drops: with a full host, 0.5.23's tree refuses a backup itself (its private
 ``_execute_kv_backup`` returns None when host eviction cannot make room; the only place
@@ -65,6 +80,8 @@ Example:
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Hashable
 from typing import Any
 
 from kvobs.adapters._hooks import (
@@ -143,8 +160,57 @@ class TreeInstrumentation(Instrumentation):
     def __init__(self, tree: Any, gpu: GpuInstrumentation, active: bool) -> None:
         super().__init__(tree, TREE_COMPONENT, active, gpu.rec, gpu.tier)
         self.gpu = gpu
-        #: request handle -> [tokens, gpu hit, host hit promised, host loaded]
-        self.pending: dict[Any, list[int]] = {}
+        #: request handle -> [tokens, gpu hit, host hit promised, host loaded, key]
+        self.pending: dict[Any, list[Any]] = {}
+        #: keep page keys for the reuse profile (the recorder keeps one)
+        self.keyed = bool(getattr(gpu.rec, "profile_reuse", False))
+        #: running request handle -> its page keys so far and how many its lookup had
+        self.chains: dict[Any, Chain] = {}
+
+
+class Chain:
+    """One running request's page keys (:func:`page_keys`) and the pages its lookup
+    referenced: pages past those that the tree takes are written."""
+
+    __slots__ = ("keys", "looked", "seed")
+
+    def __init__(self, seed: int, keys: list[Hashable]) -> None:
+        self.seed = seed
+        self.keys = keys
+        self.looked = len(keys)
+
+
+def key_seed(key: Any) -> int:
+    """The namespace a radix key's pages hash under (``extra_key``, ``cache_salt``).
+
+    Example:
+        >>> key_seed([1, 2, 3])
+        0
+    """
+    extra, salt = getattr(key, "extra_key", None), getattr(key, "cache_salt", None)
+    return 0 if extra is None and salt is None else hash((extra, salt))
+
+
+def page_keys(keys: list[Hashable], token_ids: Any, page: int, pages: int,
+              seed: int = 0) -> list[Hashable]:
+    """Extend ``keys`` (the chain of pages ``0..len(keys)-1``) to ``pages`` pages of
+    ``token_ids`` and return it: page ``i``'s key hashes the key of page ``i - 1`` (or
+    ``seed``) with its ``page`` tokens, so it names the whole prefix. One slice and one
+    hash per page (``array('q')`` pages hash as bytes; no per-token Python work).
+
+    Example:
+        >>> a = page_keys([], [1, 2, 3, 4, 5], page=2, pages=2)
+        >>> b = page_keys([], [1, 2, 3, 4, 9], page=2, pages=2)
+        >>> len(a), a == b, page_keys([], [9, 2, 3, 4], 2, 2)[1] == a[1]
+        (2, True, False)
+    """
+    prev = keys[-1] if keys else seed
+    packed = isinstance(token_ids, array)
+    for start in range(len(keys) * page, pages * page, page):
+        part = token_ids[start:start + page]
+        prev = hash((prev, part.tobytes() if packed else tuple(part)))
+        keys.append(prev)
+    return keys
 
 
 def _settle(inst: GpuInstrumentation, state: None, result: Any, *args: Any,
@@ -187,7 +253,7 @@ def _matched(inst: TreeInstrumentation, state: None, result: Any, params: Any,
     handle = _handle(req)
     pending = inst.pending
     pending.pop(handle, None)       # a re-match of a waiting request replaces its last
-    pending[handle] = [tokens, int(result.device_prefix_len), host, 0]
+    pending[handle] = [tokens, int(result.device_prefix_len), host, 0, key]
     if len(pending) > PENDING_LIMIT:
         del pending[next(iter(pending))]
 
@@ -206,8 +272,51 @@ def _admitted(inst: TreeInstrumentation, state: None, result: Any, handle: Any,
               *args: Any, **kwargs: Any) -> None:
     match = inst.pending.pop(handle, None)
     if match is not None:
-        tokens, gpu_hit, promised, loaded = match
-        inst.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=min(promised, loaded))
+        tokens, gpu_hit, promised, loaded, key = match
+        keys = _lookup_keys(inst, handle, key) if inst.keyed else None
+        inst.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=min(promised, loaded), keys=keys)
+
+
+def _lookup_keys(inst: TreeInstrumentation, handle: Any, key: Any) -> list[Hashable]:
+    """The admitted request's page keys: the full pages its match could hit, kept as
+    the start of its chain (a re-admission starts a new one)."""
+    seed = key_seed(key)
+    keys = page_keys([], getattr(key, "token_ids", key), inst.gpu.page,
+                     len(key) // inst.gpu.page, seed)
+    chains = inst.chains
+    chains.pop(handle, None)
+    chains[handle] = Chain(seed, keys)
+    if len(chains) > PENDING_LIMIT:
+        del chains[next(iter(chains))]
+    return keys
+
+
+def _checkpointing(inst: TreeInstrumentation, req: Any, *args: Any, **kwargs: Any) -> int:
+    return int(req.kv.cache_protected_len)
+
+
+def _checkpointed(inst: TreeInstrumentation, protected: int, result: Any, req: Any,
+                  *args: Any, **kwargs: Any) -> None:
+    """Pages the tree took beyond the lookup's, as the request's own page keys:
+    written (``cache_protected_len`` only moves forward, so each page once)."""
+    inst.gpu.settle()
+    if not inst.keyed:
+        return
+    chain = inst.chains.get(_handle(req))
+    if chain is None:               # admitted before kvobs, or beyond PENDING_LIMIT
+        return
+    page = inst.gpu.page
+    end = int(req.kv.cache_protected_len) // page
+    start = max(protected // page, chain.looked)
+    if start < end:
+        keys = page_keys(chain.keys, req.full_untruncated_fill_ids, page, end, chain.seed)
+        inst.rec.written(keys[start:end])
+
+
+def _released(inst: TreeInstrumentation, state: None, result: Any, req: Any,
+              *args: Any, **kwargs: Any) -> None:
+    inst.gpu.settle()
+    inst.chains.pop(_handle(req), None)
 
 
 def _evicting(inst: TreeInstrumentation, *args: Any, **kwargs: Any) -> None:
@@ -242,6 +351,7 @@ def _was_reset(inst: TreeInstrumentation, state: None, result: Any) -> None:
         gpu.orphaned += gpu.cached_pages   # still allocated until the allocator's clear
         gpu.cached_pages = 0
     inst.pending.clear()
+    inst.chains.clear()
     gpu.settle()
 
 
@@ -320,8 +430,8 @@ ALLOCATOR_SPEC = AdapterSpec(ALLOCATOR_COMPONENT, ("BaseTokenToKVPoolAllocator",
       for name in _ALLOCATOR_PATHS),
 ), state=("size", "page_size", "available_size"))
 
-_TREE_MUTATORS = ("insert", "inc_lock_ref", "dec_lock_ref", "lock", "unlock", "checkpoint",
-                  "free_kv_row", "on_release", "cache_finished_req", "cache_unfinished_req")
+_TREE_MUTATORS = ("insert", "inc_lock_ref", "dec_lock_ref", "lock", "unlock", "free_kv_row",
+                  "cache_finished_req", "cache_unfinished_req")
 TREE_SPEC = AdapterSpec(TREE_COMPONENT, ("BasePrefixCache",), (
     Hook("match_prefix", ("params",), "lookup", after=_matched),
     Hook("finish_storage_prefetch_admission", (), "lookup", after=_admitted),
@@ -330,6 +440,10 @@ TREE_SPEC = AdapterSpec(TREE_COMPONENT, ("BasePrefixCache",), (
     Hook("evict_for_alloc", ("params",), "evict", before=_evicting, after=_evicted,
          optional=True),
     Hook("reset", (), "evict", before=_resetting, after=_was_reset),
+    # pages inserted past the lookup's (an answer): written, for the reuse profile
+    Hook("checkpoint", ("req",), "free, reuse", before=_checkpointing, after=_checkpointed,
+         optional=True),
+    Hook("on_release", ("req",), "free, reuse", after=_released, optional=True),
     # host pages the tree frees to make room are capacity evictions of the host tier
     Hook("evict_host", ("num_tokens",), "evict", before=_host_evicting, after=_host_evicted,
          optional=True),

@@ -12,7 +12,9 @@ Everything is LMCache's own except two things a vLLM process would provide:
   arguments: the scheduler's ``get_num_new_matched_tokens`` (LMCache's own lookup client,
   which sends chunk hashes to ``engine.lookup(hashes, offsets, lookup_id, pin=True)`` as
   the worker's lookup server does), ``start_load_kv`` (masked ``retrieve``, then
-  ``lookup_unpin``), ``wait_for_save`` (``lookup_unpin``, masked ``store``). vLLM's own
+  ``lookup_unpin``), ``wait_for_save`` (``lookup_unpin``, masked ``store``; with
+  ``save_decode_cache`` also at each decode step whose tokens reach a new chunk
+  boundary, as ``ReqMeta.from_request_tracker`` decides). vLLM's own
   prefix cache is a one-request GPU cache: a request reuses the full blocks it shares
   with the request before it, which is what makes the connector's masks non-trivial.
 
@@ -177,6 +179,8 @@ class ConnectorDriver:
     paged: torch.Tensor = field(default_factory=lambda: torch.zeros(
         2, LAYERS, GPU_BLOCKS * CHUNK, HEADS, DIM, dtype=torch.float16))
     served: int = 0
+    save_decode: bool = False  # LMCache's save_decode_cache: chunks of the answer stored
+    decode_stores: int = 0     # store calls made in decode (answer chunks)
     _gpu_cached: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     onloads_checked: int = 0
 
@@ -184,7 +188,10 @@ class ConnectorDriver:
         self.lookup_client = LMCacheBypassLookupClient(self.engine.config, self.engine.metadata,
                                                        self.engine)
 
-    def serve(self, prompt: list[int]) -> RequestOutcome:
+    def serve(self, prompt: list[int], answer: list[int] | None = None) -> RequestOutcome:
+        """One request: its prefill, then (``answer``: the tokens it generates) its
+        decode, whose KV is every answer token's but the last (never fed back)."""
+        answer = answer or []
         req_id = f"req-{self.served}"
         region = self.served % 2 * (GPU_BLOCKS // 2)
         self.served += 1
@@ -197,10 +204,12 @@ class ConnectorDriver:
                 prev_tokens[shared * CHUNK:(shared + 1) * CHUNK]:
             shared += 1
         vllm_cached = shared * CHUNK
+        tokens = prompt + answer[:-1]                    # the tokens that get KV
         blocks = prev_blocks[:shared] + [region + i for i in range(
-            -(-len(prompt) // CHUNK) - shared)]
+            -(-len(tokens) // CHUNK) - shared)]
+        assert len(blocks) <= GPU_BLOCKS // 2, "a request outgrew its GPU region"
         slots = (torch.tensor(blocks).reshape(-1, 1) * CHUNK + torch.arange(CHUNK)).flatten()
-        slot_mapping = slots[:len(prompt)].to(torch.long)
+        slot_mapping = slots[:len(tokens)].to(torch.long)
 
         # scheduler: get_num_new_matched_tokens / update_state_after_alloc
         hit = self.lookup_client.lookup(prompt, lookup_id=req_id, request_configs=None)
@@ -238,12 +247,35 @@ class ConnectorDriver:
                               slot_mapping=slot_mapping[:to_save], offset=skip_leading,
                               transfer_spec=None, request_configs=None, req_id=req_id)
             stored_from, stored_to = skip_leading, to_save
-        self._gpu_cached = (list(prompt), blocks)
+        saved = hit if skip_save else to_save            # tracker.num_saved_tokens
+        if answer:
+            self._decode(tokens, len(prompt), saved, slot_mapping, req_id)
+        self._gpu_cached = (tokens, blocks)
         return RequestOutcome(req_id, len(prompt), vllm_cached, hit, retrieved, stored_from,
                               stored_to)
 
-    def _compute(self, prompt: list[int], slots: torch.Tensor, start: int) -> None:
-        for pos in range(start, len(prompt)):
+    def _decode(self, tokens: list[int], start: int, saved: int, slots: torch.Tensor,
+                req_id: str) -> None:
+        """Decode steps: each writes one token's KV; with ``save_decode`` a step whose
+        tokens reach the chunk boundary past the saved ones stores the new full chunks
+        (masked: the saved prefix is not stored again)."""
+        for pos in range(start, len(tokens)):
+            self._compute(tokens, slots, pos, pos + 1)
+            done = pos + 1
+            if not self.save_decode or done < -(-(saved + 1) // CHUNK) * CHUNK:
+                continue
+            to_save = done // CHUNK * CHUNK
+            mask = torch.ones(to_save, dtype=torch.bool)
+            mask[:saved] = False
+            self.engine.store(tokens[:to_save], mask=mask, kvcaches=self.paged,
+                              slot_mapping=slots[:to_save], offset=saved, transfer_spec=None,
+                              request_configs=None, req_id=req_id)
+            self.decode_stores += 1
+            saved = to_save
+
+    def _compute(self, prompt: list[int], slots: torch.Tensor, start: int,
+                 end: int | None = None) -> None:
+        for pos in range(start, len(prompt) if end is None else end):
             self.paged[:, :, slots[pos]] = kv_value(prompt[pos], pos)
 
     def _check_loaded(self, prompt: list[int], slots: torch.Tensor, start: int, end: int) -> None:

@@ -149,6 +149,7 @@ class Engine:
     max_reqs: int = 16
     context: int = 512
     chunk: int | None = None      # --chunked-prefill-size (None: prompts whole)
+    kv_events: bool = False       # --kv-events-config: the tree records BlockStored / Removed
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -167,7 +168,8 @@ class Engine:
                                            device="cpu", enable_memory_saver=False)
         params = CacheInitParams(disable=False, req_to_token_pool=self.req_to_token,
                                  token_to_kv_pool_allocator=self.allocator,
-                                 page_size=self.page, tree_components=(ComponentType.FULL,))
+                                 page_size=self.page, tree_components=(ComponentType.FULL,),
+                                 enable_kv_cache_events=self.kv_events)
         self.tree = UnifiedRadixCache(params)
         # SGLang's own collector, its counters in this engine's registry (the process
         # registry would refuse a second engine's series).
