@@ -596,6 +596,11 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
     return 0;
 }
 
+/* The sampled keys' bits of one call, hashed before any is sampled (as the Python path
+ * does: an unhashable key changes nothing), with their table rows prefetched on the way:
+ * the cache misses of a call's keys overlap instead of following one another. */
+#define REUSE_STACK_KEYS 64
+
 static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
 {
     PyObject *keys;
@@ -605,24 +610,44 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
     PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
     if (fast == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), m = 0;
     PyObject **items = PySequence_Fast_ITEMS(fast);
     if (counted)
         self->total += n;
+    uint64_t stack[REUSE_STACK_KEYS];
+    uint64_t *picked = n <= REUSE_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
+    if (picked == NULL) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n && i < 8; i++)
+        __builtin_prefetch(items[i]);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + 8 < n)
+            __builtin_prefetch(items[i + 8]); /* the key's header: its cached hash */
         uint64_t bits;
-        if (key_bits(self, items[i], &bits) < 0) {
-            Py_DECREF(fast);
-            return NULL;
-        }
-        if ((bits & REUSE_LOW_BITS) < self->threshold
-                && reuse_sample(self, bits, counted) < 0) {
-            Py_DECREF(fast);
-            return NULL;
+        if (key_bits(self, items[i], &bits) < 0)
+            goto fail;
+        if ((bits & REUSE_LOW_BITS) < self->threshold) {
+            Py_ssize_t row = tbl_index(self, bits);
+            __builtin_prefetch(&self->tbl_key[row]);
+            __builtin_prefetch(&self->tbl_slot[row]);
+            picked[m++] = bits;
         }
     }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (reuse_sample(self, picked[j], counted) < 0)
+            goto fail;
+    }
+    if (picked != stack)
+        PyMem_Free(picked);
     Py_DECREF(fast);
     Py_RETURN_NONE;
+fail:
+    if (picked != stack)
+        PyMem_Free(picked);
+    Py_DECREF(fast);
+    return NULL;
 }
 
 static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
