@@ -463,6 +463,21 @@ static void tree_fill(int32_t *tree, uint64_t *live_bits, Py_ssize_t words, Py_s
     }
 }
 
+/* Free the arrays sized for max_live (the table, the slots, the tree). */
+static void reuse_free_sized(ReuseCore *self)
+{
+    PyMem_Free(self->tree);
+    PyMem_Free(self->slot_key);
+    PyMem_Free(self->live_bits);
+    PyMem_Free(self->tbl_key);
+    PyMem_Free(self->tbl_slot);
+    self->tree = NULL;
+    self->slot_key = NULL;
+    self->live_bits = NULL;
+    self->tbl_key = NULL;
+    self->tbl_slot = NULL;
+}
+
 /* Resize every array for `max_live` live keys, renumbering the live slots 0..n-1 in
  * recency order; -1 with MemoryError set (the old arrays are kept) on failure. */
 static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
@@ -502,11 +517,7 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
         n++;
     }
     tree_fill(tree, live_bits, words, n);
-    PyMem_Free(self->tree);
-    PyMem_Free(self->slot_key);
-    PyMem_Free(self->live_bits);
-    PyMem_Free(self->tbl_key);
-    PyMem_Free(self->tbl_slot);
+    reuse_free_sized(self);
     self->tree = tree;
     self->slot_key = slot_key;
     self->live_bits = live_bits;
@@ -675,18 +686,9 @@ static void reuse_free_arrays(ReuseCore *self)
 {
     PyMem_Free(self->bounds);
     PyMem_Free(self->counts);
-    PyMem_Free(self->tree);
-    PyMem_Free(self->slot_key);
-    PyMem_Free(self->live_bits);
-    PyMem_Free(self->tbl_key);
-    PyMem_Free(self->tbl_slot);
     self->bounds = NULL;
     self->counts = NULL;
-    self->tree = NULL;
-    self->slot_key = NULL;
-    self->live_bits = NULL;
-    self->tbl_key = NULL;
-    self->tbl_slot = NULL;
+    reuse_free_sized(self);
 }
 
 static void reuse_dealloc(ReuseCore *self)

@@ -16,13 +16,14 @@ chunks it stored are ``lmcache:num_stored_tokens_total``. LMCache counts full ch
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
 import pytest
 
 from kvobs.adapters.lmcache import instrument_lmcache_engine
 from kvobs.recorder import Recorder
+from tests.engines.held_blocks import spy_written
 from tests.engines.lmcache056.lmcache_objects import (
     CHUNK,
     COUNTERS,
@@ -65,15 +66,7 @@ def chat(seed: int, *, report_written: bool = True) -> Chat:
     instance = f"reuse-{seed}-{report_written}"
     engine = build_engine(host_chunks=HOST, instance=instance)
     rec = Recorder(engine="lmcache", model="tiny-llama")
-    written: list[Hashable] = []
-    write = rec.written
-
-    def report(keys: Sequence[Hashable]) -> None:
-        written.extend(keys)
-        if report_written:
-            write(keys)
-
-    rec.written = report  # type: ignore[method-assign]
+    written = spy_written(rec, forward=report_written)
     inst = instrument_lmcache_engine(engine, rec)
     try:
         engine.post_init()                           # the connector's register_kv_caches

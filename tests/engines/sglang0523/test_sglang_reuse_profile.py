@@ -19,7 +19,7 @@ tokens: hit pages x page size over looked-up tokens.
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ import pytest
 
 from kvobs.adapters.sglang import instrument_cache_controller, instrument_token_allocator
 from kvobs.recorder import Recorder
+from tests.engines.held_blocks import Media, spy_written
 from tests.engines.sglang0523.scheduler_loop import Engine, install_stand_ins
 
 PAGE = 16
@@ -38,23 +39,12 @@ REQUESTS = 150
 class Held:
     """Distinct pages SGLang holds on any medium, from its KV events (after each step)."""
 
-    where: dict[object, set[str]] = field(default_factory=dict)
+    media: Media = field(default_factory=Media)
     most: int = 0
 
     def read(self, engine: Engine) -> None:
-        for event in engine.tree.take_events():
-            kind, medium = type(event).__name__, str(getattr(event, "medium", None))
-            if kind == "AllBlocksCleared":
-                self.where.clear()
-            for block in getattr(event, "block_hashes", ()) or ():
-                media = self.where.setdefault(block, set())
-                if kind == "BlockStored":
-                    media.add(medium)
-                elif kind == "BlockRemoved":
-                    media.discard(medium)
-                    if not media:
-                        del self.where[block]
-        self.most = max(self.most, len(self.where))
+        self.media.feed(engine.tree.take_events())
+        self.most = max(self.most, len(self.media.where))
 
 
 @dataclass
@@ -94,15 +84,7 @@ def chat(seed: int, *, report_written: bool = True) -> Chat:
     host_pages = int(engine.host_pool.size) // PAGE
     rec.add_tier("gpu", DEVICE_TOKENS // PAGE, PAGE, 0)
     rec.start_reuse_profile(capacity_blocks=host_pages)   # max(gpu, host): inclusive
-    written: list[Hashable] = []
-    write = rec.written
-
-    def report(keys: Sequence[Hashable]) -> None:
-        written.extend(keys)
-        if report_written:
-            write(keys)
-
-    rec.written = report  # type: ignore[method-assign]
+    written = spy_written(rec, forward=report_written)
     assert instrument_token_allocator(engine.allocator, rec, tree_cache=engine.tree).active
     assert instrument_cache_controller(engine.controller, rec).active
     held = Held()

@@ -23,6 +23,7 @@ import pytest
 
 from kvobs.adapters.vllm import instrument_scheduler
 from kvobs.recorder import Recorder
+from tests.engines.held_blocks import Media
 from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
 
 CHUNK_BYTES = 16384  # one GPU block of the test model = one host chunk
@@ -36,24 +37,15 @@ class Held:
     def __init__(self, driver: EngineDriver) -> None:
         self.driver = driver
         self.seen = 0
-        self.where: dict[object, set[str]] = {}
+        self.media = Media()
         self.sizes: list[int] = []
 
     def step(self) -> None:
         self.driver.step()
         events = self.driver.kv_events
-        for event in events[self.seen:]:
-            kind, medium = type(event).__name__, str(getattr(event, "medium", None) or "GPU")
-            for block in getattr(event, "block_hashes", ()) or ():
-                media = self.where.setdefault(block, set())
-                if kind == "BlockStored":
-                    media.add(medium)
-                elif kind == "BlockRemoved":
-                    media.discard(medium)
-                    if not media:
-                        del self.where[block]
+        self.media.feed(events[self.seen:], default_medium="GPU")
         self.seen = len(events)
-        self.sizes.append(len(self.where))
+        self.sizes.append(len(self.media.where))
 
     def steady(self) -> float:
         tail = self.sizes[len(self.sizes) // 3:]
