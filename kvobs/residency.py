@@ -46,7 +46,7 @@ class ResidencyTracker:
 
     def _sampled(self, keys: Iterable[Hashable]) -> list[int]:
         threshold = self._threshold
-        if _sample_bits is not None and isinstance(keys, (list, tuple)):
+        if _sample_bits is not None:  # any collection (vLLM passes sets of chunk keys)
             return _sample_bits(keys, threshold, _SPACE - 1)  # type: ignore[no-any-return]
         return [bits for key in keys if (bits := hash((key,))) & (_SPACE - 1) < threshold]
 
