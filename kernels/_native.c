@@ -351,22 +351,55 @@ static uint64_t tuple1_hash(uint64_t lane)
     return acc;
 }
 
-/* hash((key,)) as an unsigned 64-bit pattern; -1 with an exception set on failure. */
-static int key_bits(ReuseCore *self, PyObject *key, uint64_t *bits)
+/* Whether tuple1_hash(hash(k)) equals hash((k,)) in this interpreter: checked once on a few
+ * ints; 1 yes, 0 no (then tuples are built), -1 with an exception set. */
+static int check_tuple_hash(void)
 {
-    if (self->tuple_hash_ok) {
-        Py_hash_t h = PyObject_Hash(key);
+    static const long long probes[] = {0, 1, -2, 12345678901LL, 1LL << 40};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+        PyObject *k = PyLong_FromLongLong(probes[i]);
+        PyObject *t = k ? PyTuple_Pack(1, k) : NULL;
+        Py_hash_t real = t ? PyObject_Hash(t) : -1;
+        Py_hash_t lane = k ? PyObject_Hash(k) : -1;
+        Py_XDECREF(t);
+        Py_XDECREF(k);
+        if (PyErr_Occurred())
+            return -1;
+        if ((uint64_t)real != tuple1_hash((uint64_t)lane))
+            ok = 0;
+    }
+    return ok;
+}
+
+/* hash((key,)) (without building the tuple where `replica_ok`); -1 with an exception set
+ * on failure. */
+static int key_tuple_hash(PyObject *key, int replica_ok, Py_hash_t *out)
+{
+    Py_hash_t h;
+    if (replica_ok) {
+        h = PyObject_Hash(key);
         if (h == -1 && PyErr_Occurred())
             return -1;
-        *bits = tuple1_hash((uint64_t)h);
+        *out = (Py_hash_t)tuple1_hash((uint64_t)h);
         return 0;
     }
     PyObject *t = PyTuple_Pack(1, key);
     if (t == NULL)
         return -1;
-    Py_hash_t h = PyObject_Hash(t);
+    h = PyObject_Hash(t);
     Py_DECREF(t);
     if (h == -1 && PyErr_Occurred())
+        return -1;
+    *out = h;
+    return 0;
+}
+
+/* hash((key,)) as an unsigned 64-bit pattern; -1 with an exception set on failure. */
+static int key_bits(ReuseCore *self, PyObject *key, uint64_t *bits)
+{
+    Py_hash_t h;
+    if (key_tuple_hash(key, self->tuple_hash_ok, &h) < 0)
         return -1;
     *bits = (uint64_t)h;
     return 0;
@@ -747,47 +780,15 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     self->live = self->clock = 0;
     self->sampled = self->total = self->forgotten = 0;
     /* Check the tuple-hash replica against the interpreter once; else build tuples. */
-    self->tuple_hash_ok = 1;
-    static const long long probes[] = {0, 1, -2, 12345678901LL, 1LL << 40};
-    for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
-        PyObject *k = PyLong_FromLongLong(probes[i]);
-        PyObject *t = k ? PyTuple_Pack(1, k) : NULL;
-        Py_hash_t real = t ? PyObject_Hash(t) : -1;
-        Py_hash_t lane = k ? PyObject_Hash(k) : -1;
-        Py_XDECREF(t);
-        Py_XDECREF(k);
-        if (PyErr_Occurred())
-            return -1;
-        if ((uint64_t)real != tuple1_hash((uint64_t)lane))
-            self->tuple_hash_ok = 0;
-    }
-    return 0;
+    self->tuple_hash_ok = check_tuple_hash();
+    return self->tuple_hash_ok < 0 ? -1 : 0;
 }
 
 /* sample_bits(keys, threshold, mask) -> [hash((key,)) for key in keys if that & mask <
  * threshold]: the keyed trackers' sampling (kvobs.residency), in one call instead of a
  * tuple and a hash per key in Python. Exactly Python's values (signed), so a tracker
  * keys its tables alike with or without the extension. */
-static int sample_hash_ok = -1; /* the tuple-hash replica matches this interpreter */
-
-static int check_tuple_hash(void)
-{
-    static const long long probes[] = {0, 1, -2, 12345678901LL, 1LL << 40};
-    int ok = 1;
-    for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
-        PyObject *k = PyLong_FromLongLong(probes[i]);
-        PyObject *t = k ? PyTuple_Pack(1, k) : NULL;
-        Py_hash_t real = t ? PyObject_Hash(t) : -1;
-        Py_hash_t lane = k ? PyObject_Hash(k) : -1;
-        Py_XDECREF(t);
-        Py_XDECREF(k);
-        if (PyErr_Occurred())
-            return -1;
-        if ((uint64_t)real != tuple1_hash((uint64_t)lane))
-            ok = 0;
-    }
-    return ok;
-}
+static int sample_hash_ok = -1; /* check_tuple_hash(), once */
 
 static PyObject *sample_bits(PyObject *unused, PyObject *args)
 {
@@ -805,20 +806,8 @@ static PyObject *sample_bits(PyObject *unused, PyObject *args)
     PyObject **items = PySequence_Fast_ITEMS(fast);
     for (Py_ssize_t i = 0; picked != NULL && i < n; i++) {
         Py_hash_t h;
-        if (sample_hash_ok) {
-            h = PyObject_Hash(items[i]);
-            if (h == -1 && PyErr_Occurred())
-                goto fail;
-            h = (Py_hash_t)tuple1_hash((uint64_t)h);
-        } else {
-            PyObject *t = PyTuple_Pack(1, items[i]);
-            if (t == NULL)
-                goto fail;
-            h = PyObject_Hash(t);
-            Py_DECREF(t);
-            if (h == -1 && PyErr_Occurred())
-                goto fail;
-        }
+        if (key_tuple_hash(items[i], sample_hash_ok, &h) < 0)
+            goto fail;
         if (((uint64_t)h & mask) >= threshold)
             continue;
         PyObject *v = PyLong_FromSsize_t(h);

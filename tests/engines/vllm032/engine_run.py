@@ -58,21 +58,24 @@ def make_model(path: Path) -> Path:
     return path
 
 
-def free_port(span: int = 0) -> int:
-    """A port free on 127.0.0.1 together with ``port + span`` (kvobs's worker offset)."""
+def free_port(*offsets: int) -> int:
+    """A port free on 127.0.0.1 together with ``port + offset`` for every offset (kvobs's
+    worker ports: ``free_port(100)``; a data-parallel engine's: every rank's)."""
     for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            if port + span > 65535:
-                continue
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + span))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port pair")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port + max(offsets, default=0) > 65535:
+            continue
+        try:
+            for offset in offsets:
+                if offset:
+                    with socket.socket() as sock:
+                        sock.bind(("127.0.0.1", port + offset))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port range")
 
 
 class EventLog:
@@ -243,7 +246,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     model = make_model(workdir / "model")
     events_endpoint = f"ipc://{workdir}/kv-events"
     event_log = EventLog(events_endpoint)
-    kvobs_port = free_port(span=100)
+    kvobs_port = free_port(100)
     started = time.monotonic()
     llm = build(model, events_endpoint, kvobs_port)
     built_s = time.monotonic() - started

@@ -25,7 +25,6 @@ import gc
 import json
 import os
 import random
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from engine_run import (  # a sibling module: this file runs as a script
     MAX_MODEL_LEN,
     chats,
     engine_options,
+    free_port,
     hold,
     make_model,
     still_running,
@@ -48,24 +48,6 @@ DP = 2
 #: kvobs's endpoints for ``DP`` ranks of one worker each: engine core ``base + rank``,
 #: worker ``base + 100 + rank`` (see ``kvobs.adapters.vllm.plugin``).
 OFFSETS = tuple(range(DP)) + tuple(100 + rank for rank in range(DP))
-
-
-def free_base_port() -> int:
-    """A port P with ``P + offset`` free for every kvobs endpoint's offset."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + max(OFFSETS) > 65535:
-            continue
-        try:
-            for offset in OFFSETS:
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
 
 
 class Rank:
@@ -121,7 +103,7 @@ async def run(out: Path, workdir: Path) -> None:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     model = make_model(workdir / "model")
-    base = free_base_port()
+    base = free_port(*OFFSETS)
     os.environ["KVOBS_METRICS_ADDR"] = f"127.0.0.1:{base}"
     started = time.monotonic()
     llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_options(model),
