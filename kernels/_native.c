@@ -911,6 +911,365 @@ static PyTypeObject ReuseCoreType = {
     .tp_methods = reuse_methods,
 };
 
+/* ---- thrash classification (kvobs.thrash) -----------------------------------------------
+ *
+ * ThrashCore(max_blocks): the offloaded blocks of one host tier, by key, oldest offload
+ * first, at most max_blocks (the oldest forgotten first and counted as untracked).
+ *     offloaded(keys, now_ns) -> None: each key's offload time becomes now (its "reused"
+ *         mark cleared) and it becomes the newest entry.
+ *     onloaded(keys, now_ns, window_ns) -> None: for each tracked key, an onload within
+ *         window_ns of its offload counts as in-window; its first onload since the offload
+ *         counts it as reused.
+ *     evicted(keys) -> None: tracked keys are forgotten; those never onloaded count as
+ *         evicted unused.
+ *     counts() -> (onloads_in_window, offloaded_reused, offloaded_evicted_unused, tracked,
+ *         untracked).
+ *
+ * A key is told apart by its 64-bit hash (bytes digests and ints below 2**61 never collide;
+ * two keys of equal hash are one block here). Every call hashes its keys first, then
+ * changes the table without running Python code: a call is atomic under the GIL, so the
+ * tracker needs no lock of its own. State: entries in a doubly linked list (offload order)
+ * with a free list, found through an open-addressing table (linear probing, backward-shift
+ * delete); the arrays start at THRASH_INITIAL entries and double up to max_blocks, about
+ * 50 bytes per tracked block (the Python tracker: about 150 plus the key).
+ */
+
+#define THRASH_INITIAL 4096
+#define THRASH_NIL (-1)
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t max_blocks, entries, count, cap_mask;
+    int shift;
+    uint64_t *key;        /* entries */
+    int64_t *stamp;       /* entries: offload time ns * 2 + reused */
+    int32_t *prev, *next; /* entries: the offload-order list; next doubles as the free list */
+    int32_t head, tail, free;
+    uint64_t *tbl_key;    /* 2 x entries (a power of two) */
+    int32_t *tbl_entry;   /* -1: empty */
+    long long in_window, reused, evicted_unused, untracked;
+} ThrashCore;
+
+static inline Py_ssize_t thrash_row(ThrashCore *self, uint64_t bits)
+{
+    return (Py_ssize_t)((bits * 0x9E3779B97F4A7C15ULL) >> self->shift);
+}
+
+static inline Py_ssize_t thrash_find(ThrashCore *self, uint64_t bits)
+{
+    Py_ssize_t i = thrash_row(self, bits);
+    while (self->tbl_entry[i] >= 0 && self->tbl_key[i] != bits)
+        i = (i + 1) & self->cap_mask;
+    return i;
+}
+
+static void thrash_tbl_delete(ThrashCore *self, Py_ssize_t i)
+{
+    Py_ssize_t j = i;
+    self->tbl_entry[i] = -1;
+    for (;;) {
+        j = (j + 1) & self->cap_mask;
+        if (self->tbl_entry[j] < 0)
+            return;
+        Py_ssize_t home = thrash_row(self, self->tbl_key[j]);
+        if ((i <= j) ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        self->tbl_key[i] = self->tbl_key[j];
+        self->tbl_entry[i] = self->tbl_entry[j];
+        self->tbl_entry[j] = -1;
+        i = j;
+    }
+}
+
+static void thrash_unlink(ThrashCore *self, int32_t e)
+{
+    int32_t p = self->prev[e], n = self->next[e];
+    if (p == THRASH_NIL)
+        self->head = n;
+    else
+        self->next[p] = n;
+    if (n == THRASH_NIL)
+        self->tail = p;
+    else
+        self->prev[n] = p;
+}
+
+static void thrash_append(ThrashCore *self, int32_t e)
+{
+    self->prev[e] = self->tail;
+    self->next[e] = THRASH_NIL;
+    if (self->tail == THRASH_NIL)
+        self->head = e;
+    else
+        self->next[self->tail] = e;
+    self->tail = e;
+}
+
+/* Forget entry e (its table row at `row`). */
+static void thrash_drop(ThrashCore *self, int32_t e, Py_ssize_t row)
+{
+    thrash_unlink(self, e);
+    thrash_tbl_delete(self, row);
+    self->next[e] = self->free;
+    self->free = e;
+    self->count--;
+}
+
+static void thrash_free_arrays(ThrashCore *self)
+{
+    PyMem_Free(self->key);
+    PyMem_Free(self->stamp);
+    PyMem_Free(self->prev);
+    PyMem_Free(self->next);
+    PyMem_Free(self->tbl_key);
+    PyMem_Free(self->tbl_entry);
+    self->key = NULL;
+    self->stamp = NULL;
+    self->prev = self->next = NULL;
+    self->tbl_key = NULL;
+    self->tbl_entry = NULL;
+}
+
+/* Size the arrays for `entries` blocks, keeping the tracked ones in order; -1 on no memory
+ * (the old arrays are kept). */
+static int thrash_resize(ThrashCore *self, Py_ssize_t entries)
+{
+    Py_ssize_t cap = 1;
+    int bits = 0;
+    while (cap < 2 * entries) {
+        cap <<= 1;
+        bits++;
+    }
+    uint64_t *key = PyMem_Malloc(sizeof(uint64_t) * (size_t)entries);
+    int64_t *stamp = PyMem_Malloc(sizeof(int64_t) * (size_t)entries);
+    int32_t *prev = PyMem_Malloc(sizeof(int32_t) * (size_t)entries);
+    int32_t *next = PyMem_Malloc(sizeof(int32_t) * (size_t)entries);
+    uint64_t *tbl_key = PyMem_Malloc(sizeof(uint64_t) * (size_t)cap);
+    int32_t *tbl_entry = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
+    if (!key || !stamp || !prev || !next || !tbl_key || !tbl_entry) {
+        PyMem_Free(key);
+        PyMem_Free(stamp);
+        PyMem_Free(prev);
+        PyMem_Free(next);
+        PyMem_Free(tbl_key);
+        PyMem_Free(tbl_entry);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(tbl_entry, 0xff, sizeof(int32_t) * (size_t)cap);
+    Py_ssize_t n = 0;
+    for (int32_t e = self->head; e != THRASH_NIL; e = self->next[e], n++) {
+        key[n] = self->key[e];
+        stamp[n] = self->stamp[e];
+        prev[n] = (int32_t)(n - 1);
+        next[n] = (int32_t)(n + 1);
+    }
+    thrash_free_arrays(self);
+    self->key = key;
+    self->stamp = stamp;
+    self->prev = prev;
+    self->next = next;
+    self->tbl_key = tbl_key;
+    self->tbl_entry = tbl_entry;
+    self->entries = entries;
+    self->cap_mask = cap - 1;
+    self->shift = 64 - bits;
+    self->head = n ? 0 : THRASH_NIL;
+    self->tail = n ? (int32_t)(n - 1) : THRASH_NIL;
+    if (n)
+        next[n - 1] = THRASH_NIL;
+    self->free = THRASH_NIL;
+    for (Py_ssize_t e = entries - 1; e >= n; e--) {
+        next[e] = self->free;
+        self->free = (int32_t)e;
+    }
+    for (Py_ssize_t e = 0; e < n; e++) {
+        Py_ssize_t row = thrash_find(self, key[e]);
+        tbl_key[row] = key[e];
+        tbl_entry[row] = (int32_t)e;
+    }
+    return 0;
+}
+
+/* The 64-bit hashes of `keys` (any iterable), in order, into *out (stack or malloc'd:
+ * the caller frees it when it is not `stack`); the count, or -1 with an exception set. */
+#define THRASH_STACK_KEYS 64
+
+static Py_ssize_t thrash_hash_keys(PyObject *keys, uint64_t *stack, uint64_t **out)
+{
+    PyObject *fast = PySequence_Fast(keys, "keys must be an iterable of hashable block keys");
+    if (fast == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    uint64_t *bits = n <= THRASH_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
+    if (bits == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_hash_t h = PyObject_Hash(items[i]);
+        if (h == -1 && PyErr_Occurred()) {
+            if (bits != stack)
+                PyMem_Free(bits);
+            Py_DECREF(fast);
+            return -1;
+        }
+        bits[i] = (uint64_t)h;
+    }
+    Py_DECREF(fast);
+    *out = bits;
+    return n;
+}
+
+static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
+{
+    PyObject *keys;
+    long long now;
+    if (!PyArg_ParseTuple(args, "OL", &keys, &now))
+        return NULL;
+    uint64_t stack[THRASH_STACK_KEYS], *bits;
+    Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
+    if (n < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t row = thrash_find(self, bits[i]);
+        int32_t e = self->tbl_entry[row];
+        if (e >= 0) {
+            thrash_unlink(self, e);
+        } else {
+            if (self->count == self->entries && self->entries < self->max_blocks) {
+                Py_ssize_t grown = self->entries * 2;
+                if (grown > self->max_blocks)
+                    grown = self->max_blocks;
+                if (thrash_resize(self, grown) == 0)
+                    row = thrash_find(self, bits[i]);
+                else
+                    PyErr_Clear(); /* no memory to grow: forget the oldest instead */
+            }
+            if (self->count == self->entries) {
+                int32_t old = self->head;
+                thrash_drop(self, old, thrash_find(self, self->key[old]));
+                self->untracked++;
+                row = thrash_find(self, bits[i]);
+            }
+            e = self->free;
+            self->free = self->next[e];
+            self->key[e] = bits[i];
+            self->tbl_key[row] = bits[i];
+            self->tbl_entry[row] = e;
+            self->count++;
+        }
+        self->stamp[e] = (int64_t)now * 2;
+        thrash_append(self, e);
+    }
+    if (bits != stack)
+        PyMem_Free(bits);
+    Py_RETURN_NONE;
+}
+
+static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
+{
+    PyObject *keys;
+    long long now, window;
+    if (!PyArg_ParseTuple(args, "OLL", &keys, &now, &window))
+        return NULL;
+    uint64_t stack[THRASH_STACK_KEYS], *bits;
+    Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
+    if (n < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t e = self->tbl_entry[thrash_find(self, bits[i])];
+        if (e < 0)
+            continue;
+        int64_t stamp = self->stamp[e];
+        if ((int64_t)now - (stamp >> 1) <= (int64_t)window)
+            self->in_window++;
+        if (!(stamp & 1)) {
+            self->stamp[e] = stamp | 1;
+            self->reused++;
+        }
+    }
+    if (bits != stack)
+        PyMem_Free(bits);
+    Py_RETURN_NONE;
+}
+
+static PyObject *thrash_evicted(ThrashCore *self, PyObject *keys)
+{
+    uint64_t stack[THRASH_STACK_KEYS], *bits;
+    Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
+    if (n < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t row = thrash_find(self, bits[i]);
+        int32_t e = self->tbl_entry[row];
+        if (e < 0)
+            continue;
+        if (!(self->stamp[e] & 1))
+            self->evicted_unused++;
+        thrash_drop(self, e, row);
+    }
+    if (bits != stack)
+        PyMem_Free(bits);
+    Py_RETURN_NONE;
+}
+
+static PyObject *thrash_counts(ThrashCore *self, PyObject *unused)
+{
+    return Py_BuildValue("(LLLnL)", self->in_window, self->reused, self->evicted_unused,
+                         self->count, self->untracked);
+}
+
+static int thrash_init(ThrashCore *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"max_blocks", NULL};
+    Py_ssize_t max_blocks;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", kwlist, &max_blocks))
+        return -1;
+    if (max_blocks <= 0 || max_blocks > (1 << 30)) {
+        PyErr_Format(PyExc_ValueError, "max_blocks must be in 1..2**30, got %zd", max_blocks);
+        return -1;
+    }
+    thrash_free_arrays(self);
+    self->max_blocks = max_blocks;
+    self->count = 0;
+    self->head = self->tail = THRASH_NIL;
+    self->in_window = self->reused = self->evicted_unused = self->untracked = 0;
+    return thrash_resize(self, max_blocks < THRASH_INITIAL ? max_blocks : THRASH_INITIAL);
+}
+
+static void thrash_dealloc(ThrashCore *self)
+{
+    thrash_free_arrays(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef thrash_methods[] = {
+    {"offloaded", (PyCFunction)thrash_offloaded, METH_VARARGS,
+     "offloaded(keys, now_ns): blocks copied into the host tier at now_ns."},
+    {"onloaded", (PyCFunction)thrash_onloaded, METH_VARARGS,
+     "onloaded(keys, now_ns, window_ns): blocks copied back to the GPU at now_ns."},
+    {"evicted", (PyCFunction)thrash_evicted, METH_O,
+     "evicted(keys): blocks dropped from the host tier."},
+    {"counts", (PyCFunction)thrash_counts, METH_NOARGS,
+     "(onloads_in_window, offloaded_reused, offloaded_evicted_unused, tracked, untracked)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ThrashCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.ThrashCore",
+    .tp_basicsize = sizeof(ThrashCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Offload / onload bookkeeping of one host tier (see kvobs.thrash).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)thrash_init,
+    .tp_dealloc = (destructor)thrash_dealloc,
+    .tp_methods = thrash_methods,
+};
+
 static PyMethodDef methods[] = {
     {"has_stream_copy", has_stream_copy, METH_NOARGS, "True where non-temporal stores exist."},
     {"plan_pairs", plan_pairs, METH_VARARGS, "Validate an int64 pair array and coalesce runs."},
@@ -934,7 +1293,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
-    if (PyType_Ready(&ReuseCoreType) < 0)
+    if (PyType_Ready(&ReuseCoreType) < 0 || PyType_Ready(&ThrashCoreType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -942,6 +1301,12 @@ PyMODINIT_FUNC PyInit__native(void)
     Py_INCREF(&ReuseCoreType);
     if (PyModule_AddObject(m, "ReuseCore", (PyObject *)&ReuseCoreType) < 0) {
         Py_DECREF(&ReuseCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ThrashCoreType);
+    if (PyModule_AddObject(m, "ThrashCore", (PyObject *)&ThrashCoreType) < 0) {
+        Py_DECREF(&ThrashCoreType);
         Py_DECREF(m);
         return NULL;
     }

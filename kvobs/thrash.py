@@ -8,11 +8,15 @@ and whether it was ever onloaded again. From that it counts:
 * reused offloads: offloaded blocks onloaded at least once (the offload paid off);
 * wasted offloads: offloaded blocks evicted from the host before any reuse.
 
-Memory is bounded: at most ``max_blocks`` entries (one int per key, about 150 bytes with
-the dict slot and a small key; tests/reliability's soak pins it); the oldest are
-forgotten first and counted as untracked (``kvobs_thrash_untracked_blocks_total``),
-so a dashboard can tell when the classification covers only part of the offloads. Calls
-take a batch of keys (one per transfer), not one block.
+Memory is bounded: at most ``max_blocks`` entries; the oldest are forgotten first and
+counted as untracked (``kvobs_thrash_untracked_blocks_total``), so a dashboard can tell
+when the classification covers only part of the offloads. Calls take a batch of keys
+(one per transfer), not one block.
+
+The bookkeeping runs in the C extension where it was built (``ThrashCore``: one call per
+batch, about 50 bytes per tracked block, keys told apart by their 64-bit hash); the pure
+Python path (an ordered dict, about 150 bytes per block plus the key; keys told apart by
+equality) is the fallback, and tests hold the two to the same counts.
 
 Example:
     >>> tracker = ThrashTracker(window_s=10.0, max_blocks=4)
@@ -30,17 +34,25 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 
 from kvobs.errors import ConfigError
+from kvobs.kernels._ext import native
 from kvobs.snapshot import ThrashSnapshot
+
+_Core = getattr(native, "ThrashCore", None)
 
 
 class ThrashTracker:
-    """Bounded offload/onload history keyed by block key (hash, chunk key...)."""
+    """Bounded offload/onload history keyed by block key (hash, chunk key...).
+
+    ``native``: use the C core (default: where it was built); ``False`` forces the pure
+    Python path.
+    """
 
     def __init__(
         self,
         window_s: float = 10.0,
         max_blocks: int = 1 << 18,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        native: bool | None = None,
     ) -> None:
         if not window_s > 0:
             raise ConfigError(f"thrash window must be > 0 seconds, got {window_s!r}")
@@ -49,8 +61,11 @@ class ThrashTracker:
         self.window_ns = int(window_s * 1e9)
         self.clock_ns = clock_ns  # a simulation passes its virtual clock
         self.max_blocks = max_blocks
-        # key -> offload time ns * 2 + reused (one int, not a list: a third of the memory);
-        # insertion order = offload order.
+        use_native = _Core is not None if native is None else bool(native) and _Core is not None
+        self._core = _Core(max_blocks) if use_native else None
+        # the pure-Python state (unused with the C core): key -> offload time ns * 2 +
+        # reused (one int, not a list: a third of the memory); insertion order = offload
+        # order.
         self._blocks: OrderedDict[Hashable, int] = OrderedDict()
         self._lock = threading.Lock()
         self.onloads_in_window = 0
@@ -58,22 +73,33 @@ class ThrashTracker:
         self.offloaded_evicted_unused = 0
         self.untracked_blocks = 0
 
+    @property
+    def native(self) -> bool:
+        """Whether the C core keeps the bookkeeping."""
+        return self._core is not None
+
     def offloaded(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were copied from the GPU into the host tier."""
         now = self.clock_ns()
+        if self._core is not None:
+            self._core.offloaded(keys, now)
+            return
         with self._lock:
             blocks = self._blocks
             stamp = now * 2
-            for key in keys:
+            for key in keys:  # the oldest goes as each new key comes, as in the C core
                 blocks[key] = stamp
                 blocks.move_to_end(key)
-            while len(blocks) > self.max_blocks:
-                blocks.popitem(last=False)
-                self.untracked_blocks += 1
+                if len(blocks) > self.max_blocks:
+                    blocks.popitem(last=False)
+                    self.untracked_blocks += 1
 
     def onloaded(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were copied from the host tier back to the GPU."""
         now = self.clock_ns()
+        if self._core is not None:
+            self._core.onloaded(keys, now, self.window_ns)
+            return
         with self._lock:
             blocks = self._blocks
             for key in keys:
@@ -88,6 +114,9 @@ class ThrashTracker:
 
     def evicted(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were dropped from the host tier."""
+        if self._core is not None:
+            self._core.evicted(keys)
+            return
         with self._lock:
             for key in keys:
                 entry = self._blocks.pop(key, None)
@@ -96,6 +125,8 @@ class ThrashTracker:
 
     def snapshot(self) -> ThrashSnapshot:
         """Current counts."""
+        if self._core is not None:
+            return ThrashSnapshot(*self._core.counts())
         return ThrashSnapshot(
             self.onloads_in_window,
             self.offloaded_reused,

@@ -1,9 +1,23 @@
-"""Thrash signals: re-onloads inside the window, reuse, wasted offloads; bounded memory."""
+"""Thrash signals: re-onloads inside the window, reuse, wasted offloads; bounded memory.
+
+Every test runs on the C core and on the pure-Python path; a random history checks that
+the two count alike, entry for entry.
+"""
+
+import random
 
 import pytest
 
 from kvobs.errors import ConfigError
 from kvobs.thrash import ThrashTracker
+
+native_only = pytest.mark.skipif(not ThrashTracker().native,
+                                 reason="the C extension was not built")
+
+
+@pytest.fixture(params=[pytest.param(True, marks=native_only), False], ids=["c", "python"])
+def native(request):
+    return request.param
 
 
 class Clock:
@@ -17,9 +31,9 @@ class Clock:
         return self.now_ns
 
 
-def test_window_reuse_and_waste():
+def test_window_reuse_and_waste(native):
     clock = Clock()
-    tracker = ThrashTracker(window_s=5.0, clock_ns=clock)
+    tracker = ThrashTracker(window_s=5.0, clock_ns=clock, native=native)
     tracker.offloaded(["a", "b", "c"])
     clock.advance(2)
     tracker.onloaded(["a"])  # inside the window: thrash
@@ -34,16 +48,16 @@ def test_window_reuse_and_waste():
     assert snap.tracked_blocks == 0
 
 
-def test_memory_is_bounded():
-    tracker = ThrashTracker(max_blocks=100)
+def test_memory_is_bounded(native):
+    tracker = ThrashTracker(max_blocks=100, native=native)
     tracker.offloaded(range(1000))
     snap = tracker.snapshot()
     assert snap.tracked_blocks == 100 and snap.untracked_blocks == 900
 
 
-def test_reoffload_restarts_the_window():
+def test_reoffload_restarts_the_window(native):
     clock = Clock()
-    tracker = ThrashTracker(window_s=1.0, clock_ns=clock)
+    tracker = ThrashTracker(window_s=1.0, clock_ns=clock, native=native)
     tracker.offloaded(["a"])
     clock.advance(5)
     tracker.offloaded(["a"])
@@ -57,3 +71,51 @@ def test_bad_settings():
         ThrashTracker(window_s=0)
     with pytest.raises(ConfigError, match="max_blocks"):
         ThrashTracker(max_blocks=0)
+
+
+@native_only
+@pytest.mark.parametrize("seed", range(6))
+def test_the_c_core_counts_as_the_python_path(seed):
+    """A random history of batches (re-offloads, onloads inside and outside the window,
+    evictions of tracked and unknown keys, the bound reached and the core's arrays grown
+    past their first size): both paths report the same counts after every call."""
+    rnd = random.Random(seed)
+    clock = Clock()
+    max_blocks = rnd.choice([7, 300, 5000])
+    pair = [ThrashTracker(window_s=2.0, max_blocks=max_blocks, clock_ns=clock, native=n)
+            for n in (True, False)]
+    space = max_blocks * 2
+    as_key = rnd.choice([int, lambda k: f"chunk-{k}".encode()])
+    for _ in range(3000):
+        clock.advance(rnd.random() * 0.5)
+        keys = [as_key(rnd.randrange(space)) for _ in range(rnd.randrange(1, 12))]
+        op = rnd.choice(["offloaded", "offloaded", "onloaded", "evicted"])
+        if rnd.random() < 0.3:
+            keys = iter(keys) if rnd.random() < 0.5 else set(keys)
+            keys = list(keys)
+        for tracker in pair:
+            getattr(tracker, op)(keys)
+        assert pair[0].snapshot() == pair[1].snapshot(), op
+    assert pair[0].snapshot().tracked_blocks <= max_blocks
+
+
+@native_only
+def test_the_c_core_takes_any_iterable_and_refuses_unhashable_keys_whole():
+    tracker = ThrashTracker(native=True)
+    tracker.offloaded(k for k in (b"a", b"b"))
+    tracker.onloaded({b"a"})
+    with pytest.raises(TypeError):
+        tracker.evicted([b"a", ["unhashable"]])
+    snap = tracker.snapshot()
+    assert (snap.tracked_blocks, snap.offloaded_reused, snap.offloaded_evicted_unused) == (2, 1, 0)
+
+
+def test_a_simulation_clock_set_after_construction_is_used(native):
+    """The demo swaps in its virtual clock after the recorder built the tracker."""
+    tracker = ThrashTracker(window_s=1.0, native=native)
+    clock = Clock()
+    tracker.clock_ns = clock
+    tracker.offloaded(["a"])
+    clock.advance(0.5)
+    tracker.onloaded(["a"])
+    assert tracker.snapshot().onloads_in_window == 1
