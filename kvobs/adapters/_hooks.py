@@ -97,6 +97,11 @@ class Hook:
         reiterable: arguments the readers iterate as well as the engine: an iterator
             passed there is turned into a list first, so reading never consumes it.
         optional: the engine may lack the method (then it is not wrapped).
+        when: a Python expression over ``inst`` and ``params`` evaluated inline before
+            each call (no reader call): when false, the engine method runs with no
+            readers at all. For hooks called every step with nothing to read on most
+            (``"inst.in_flight"``); a failing expression counts as an error and reads
+            nothing.
     """
 
     method: str
@@ -107,6 +112,7 @@ class Hook:
     after: After | None = None
     reiterable: tuple[str, ...] = ()
     optional: bool = False
+    when: str | None = None
 
     def __post_init__(self) -> None:
         words = [w.strip() for w in self.means.split(",") if w.strip()]
@@ -114,8 +120,10 @@ class Hook:
         if unknown:
             raise ValueError(f"Hook {self.method}: means {unknown} are not in the vocabulary "
                              f"{HOOK_MEANINGS}")
+        if self.when is not None:
+            compile(self.when, f"<when of {self.method}>", "eval")  # a SyntaxError here
         if self.count is not None:
-            if self.means not in COUNT_FIELDS or self.before or self.after:
+            if self.means not in COUNT_FIELDS or self.before or self.after or self.when:
                 raise ValueError(f"Hook {self.method}: count= needs means in "
                                  f"{tuple(COUNT_FIELDS)} and no readers")
             if self.count not in self.params:
@@ -468,6 +476,13 @@ def _generated_call_wrapper(inst: Instrumentation, hook: Hook, original: Callabl
     args = ", ".join(p.name for p in params)
     call = f"({args})"
     lines = [f"def {hook.method}({', '.join(signature)}):"]
+    if hook.when is not None:  # the gate, inline: a call with nothing to read pays no reader
+        lines += ["    try:",
+                  f"        if not ({hook.when}):",
+                  f"            return original{call}",
+                  "    except Exception as exc:",
+                  "        error(component, exc)",
+                  f"        return original{call}"]
     for name in hook.reiterable:  # readers iterate it as well as the engine
         lines.append(f"    if not isinstance({name}, _seq):\n        {name} = list({name})")
     state = "None"
@@ -496,8 +511,16 @@ def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any
         return _generated_call_wrapper(inst, hook, original, params)
     before, after, error, component = hook.before, hook.after, inst.error, inst.component
     relist = _reiterable(hook) if hook.reiterable else None
+    gate = _gate(inst, hook)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if gate is not None:
+            try:
+                if not gate(*args, **kwargs):
+                    return original(*args, **kwargs)
+            except Exception as exc:
+                error(component, exc)
+                return original(*args, **kwargs)
         if relist is not None:
             args = relist(args, kwargs)
         state = None
@@ -518,11 +541,30 @@ def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any
     return wrapper
 
 
+def _gate(inst: Instrumentation, hook: Hook) -> Callable[..., Any] | None:
+    """``hook.when`` as a function of the call's arguments (the wrappers that take
+    ``*args``), or None without one."""
+    if hook.when is None:
+        return None
+    params = ", ".join((*hook.params, "*_args", "**_kwargs"))
+    gate: Callable[..., Any] = eval(f"lambda {params}: {hook.when}",  # an adapter's own text
+                                    {"inst": inst})
+    return gate
+
+
 def _async_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
     before, after, error, component = hook.before, hook.after, inst.error, inst.component
     relist = _reiterable(hook) if hook.reiterable else None
+    gate = _gate(inst, hook)
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if gate is not None:
+            try:
+                if not gate(*args, **kwargs):
+                    return await original(*args, **kwargs)
+            except Exception as exc:
+                error(component, exc)
+                return await original(*args, **kwargs)
         if relist is not None:
             args = relist(args, kwargs)
         state = None

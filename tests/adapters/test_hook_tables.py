@@ -133,3 +133,51 @@ def test_a_hook_outside_the_vocabulary_is_refused_at_definition():
         Hook("alloc", ("n",), "allocated")
     with pytest.raises(ValueError, match="count= needs"):
         Hook("alloc", ("n",), "free", count="n")
+
+
+class Stepper:
+    """A toy engine method called every step, with something to read on some steps."""
+
+    def step(self, output):
+        return output
+
+    def step_kw(self, output, *, flag=False):  # keyword-only: the *args wrapper
+        return output
+
+    async def step_async(self, output):
+        return output
+
+
+@pytest.mark.parametrize("method", ["step", "step_kw", "step_async"])
+def test_a_gate_calls_no_reader_when_false_and_a_failing_gate_is_counted(method):
+    """``when``: readers run only where the gate holds (and then both, before and after);
+    a gate that raises reads nothing, counts one error, and the engine call goes on."""
+    seen = []
+
+    def before(inst, output, *args, **kwargs):
+        seen.append(("before", output))
+
+    def after(inst, state, result, output, *args, **kwargs):
+        seen.append(("after", result))
+
+    spec = AdapterSpec("test.gate", ("Stepper",), (
+        Hook(method, ("output",), "track", before=before, after=after,
+             when="output['due']"),))
+    rec, stepper = Recorder(), Stepper()
+    instrument(stepper, spec, lambda active: Instrumentation(stepper, spec.component, active,
+                                                            rec))
+    call = getattr(stepper, method)
+    run = asyncio.run if method == "step_async" else (lambda value: value)
+    outputs = [{"due": False}, {"due": True}, {}]
+    with capture_logs():
+        results = [run(call(output)) for output in outputs]
+    assert results == outputs, "the engine's results pass through, gated or not"
+    assert seen == [("before", {"due": True}), ("after", {"due": True})]
+    assert rec.snapshot().errors == {"test.gate": 1}  # {}['due'] raised: read nothing
+
+
+def test_a_gate_that_does_not_compile_is_refused_at_definition():
+    with pytest.raises(SyntaxError):
+        Hook("step", ("output",), "track", when="output[")
+    with pytest.raises(ValueError, match="count= needs"):
+        Hook("alloc", ("n",), "allocate", count="n", when="n")

@@ -81,8 +81,9 @@ _NOTHING: Report = ([], 0, 0, 0.0, 0.0)
 def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> Report:
     """Jobs this output completes, and the store / load bytes and seconds it reports.
 
-    Runs every step: the common output (nothing completed, nothing moved) is read with
-    plain attribute loads and answered with the shared empty report.
+    Runs in every step whose output carries worker metadata (the wrapper's gate skips
+    the rest): an output with nothing completed and nothing moved is answered with the
+    shared empty report.
     """
     meta: Any = getattr(connector_output, "kv_connector_worker_meta", None)
     if meta is None:
@@ -170,8 +171,10 @@ def _planned(inst: ConnectorInstrumentation, state: None, result: None, request:
 
 
 SPEC = AdapterSpec(COMPONENT, ("OffloadingConnectorScheduler",), (
+    # vLLM's workers report nothing (no worker metadata) in a step where no job completed
     Hook("update_connector_output", ("connector_output",), "transfer",
-         before=_completing, after=_landed),
+         before=_completing, after=_landed,
+         when="getattr(connector_output, 'kv_connector_worker_meta', None) is not None"),
     Hook("update_state_after_alloc", ("request", "blocks", "num_external_tokens"), "lookup",
          after=_planned),
 ), state=("_jobs", "_stale_job_threshold", "manager", "get_external_cache_hit_sources"))

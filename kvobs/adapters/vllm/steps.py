@@ -14,11 +14,13 @@ With async scheduling (two outputs in flight) each output is paired with its own
 ``schedule()``. Steps that scheduled nothing are not fed.
 
 Every ``every``-th step (default :data:`EVERY`) is timed and fed until :data:`WARM`
-observations were fed, then every :data:`STEADY_EVERY`-th: the fit costs about 10-40 us
-per observation (a 3x3 solve), several percent of a small step if every step were fed.
-A fixed stride selects steps independently of their time, so the least-squares fit stays
-unbiased; it only needs more steps to reach the same precision (the cost changes
-slowly: a model, a batch shape). Untimed steps pay one countdown per hook.
+observations were fed, then every :data:`STEADY_EVERY`-th (a step that scheduled
+nothing passes the turn to the next one): the fit costs a few microseconds per
+observation, several percent of a small step if every step were fed. A fixed stride
+selects steps independently of their time, so the least-squares fit stays unbiased; it
+only needs more steps to reach the same precision (the cost changes slowly: a model, a
+batch shape). An untimed step calls no reader: each wrapper tests one inline gate (the
+stride's next tick, an empty ``in_flight``).
 
 Example (needs vLLM)::
 
@@ -29,6 +31,7 @@ Example (needs vLLM)::
 
 from __future__ import annotations
 
+from itertools import cycle
 from time import perf_counter
 from typing import Any
 
@@ -57,7 +60,15 @@ class StepInstrumentation(Instrumentation):
         self.every = max(int(every), 1)
         self.steady_every = max(int(steady_every), 1)
         self.warm = warm  # timed steps left at ``every``
-        self.countdown = 1  # steps until the next timed one
+        #: the stride: True every ``every``-th step (the first step is timed)
+        self.ticks = stride(self.every if warm > 0 else self.steady_every)
+        #: the last due step scheduled nothing: time the next one
+        self.retry = True
+
+
+def stride(every: int) -> Any:
+    """An endless iterator of bools, True first and then every ``every``-th."""
+    return cycle((True,) + (False,) * (every - 1))
 
 
 def step_tokens(out: Any) -> tuple[int, int]:
@@ -78,16 +89,15 @@ def step_tokens(out: Any) -> tuple[int, int]:
 
 def _scheduled(inst: StepInstrumentation, state: None, out: Any,
                throttle_prefills: bool = False) -> None:
+    """A due step was scheduled (the gate let it through): time it from here."""
     if not out.total_num_scheduled_tokens:
+        inst.retry = True  # nothing to time: the next step takes the turn
         return
-    inst.countdown -= 1
-    if inst.countdown:
-        return
+    inst.retry = False
     if inst.warm > 0:
         inst.warm -= 1
-        inst.countdown = inst.every
-    else:
-        inst.countdown = inst.steady_every
+        if not inst.warm:
+            inst.ticks = stride(inst.steady_every)
     prefill, decode = step_tokens(out)
     in_flight = inst.in_flight
     in_flight[id(out)] = (perf_counter(), prefill, decode)
@@ -97,19 +107,17 @@ def _scheduled(inst: StepInstrumentation, state: None, out: Any,
 
 def _executed(inst: StepInstrumentation, scheduler_output: Any,
               model_runner_output: Any) -> None:
-    in_flight = inst.in_flight
-    if not in_flight:  # an untimed step
-        return
-    started = in_flight.pop(id(scheduler_output), None)
+    """A timed step may be done (the gate: something is in flight)."""
+    started = inst.in_flight.pop(id(scheduler_output), None)
     if started is not None:
         at, prefill, decode = started
         inst.rec.step(perf_counter() - at, prefill, decode)
 
 
 SPEC = AdapterSpec(COMPONENT, ("Scheduler",), (
-    Hook("schedule", (), "track", after=_scheduled),
+    Hook("schedule", (), "track", after=_scheduled, when="inst.retry or next(inst.ticks)"),
     Hook("update_from_output", ("scheduler_output", "model_runner_output"), "track",
-         before=_executed),
+         before=_executed, when="inst.in_flight"),
 ))
 
 
