@@ -32,12 +32,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from kvobs.errors import ConfigError
 from kvobs.kernels._ext import native
 from kvobs.snapshot import ThrashSnapshot
 
-_Core = getattr(native, "ThrashCore", None)
+_Core: Any = getattr(native, "ThrashCore", None)  # the C core, or None
 
 
 class ThrashTracker:
