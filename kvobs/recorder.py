@@ -468,13 +468,18 @@ class Recorder:
             self.host_saved_s += host_hit * cost
             self.disk_saved_s += disk_hit * cost
         if keys is not None:
-            if self._written:
-                self._flush_written()
             profile = self.reuse
             if profile is None and self.profile_reuse:
                 profile = self.start_reuse_profile()
+            written = self._written
+            if written:  # the blocks written since, then this prompt: in engine order
+                self._written = []
+                if profile is not None:
+                    profile.record(written, False)
+                if self.trace is not None:
+                    self.trace.write(written, written=True)
             if profile is not None:
-                profile.reference(keys)
+                profile.record(keys, True)
             if self.trace is not None:
                 self.trace.write(keys)
 

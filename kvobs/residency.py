@@ -52,7 +52,8 @@ class ResidencyTracker:
 
     def born(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` now hold data in this tier."""
-        picked = self._sampled(keys)
+        picked = _sample_bits(keys, self._threshold, _SPACE - 1) if _sample_bits is not None \
+            else self._sampled(keys)  # the C call inline: this runs once per keyed event
         if picked:
             now = self.clock_ns()
             with self._lock:
@@ -65,7 +66,8 @@ class ResidencyTracker:
 
     def reused(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were hit: the gap since their last use is one sample."""
-        picked = self._sampled(keys)
+        picked = _sample_bits(keys, self._threshold, _SPACE - 1) if _sample_bits is not None \
+            else self._sampled(keys)
         if picked:
             now = self.clock_ns()
             with self._lock:
@@ -77,7 +79,8 @@ class ResidencyTracker:
 
     def evicted(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` left the tier: their time in it is one sample."""
-        picked = self._sampled(keys)
+        picked = _sample_bits(keys, self._threshold, _SPACE - 1) if _sample_bits is not None \
+            else self._sampled(keys)
         if picked:
             now = self.clock_ns()
             with self._lock:

@@ -57,7 +57,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from kvobs.errors import ConfigError
 from kvobs.kernels._ext import native as _native
@@ -150,6 +150,10 @@ class ReuseProfile:
             else bool(native) and _native is not None and not keep_samples
         self._core = _native.ReuseCore(max_keys, self._threshold, self._weight,
                                        self.bounds) if use_native else None
+        #: ``record(keys, counted)``: :meth:`reference` (counted) or :meth:`write` in one
+        #: call, the C core's own method where it runs (no Python frame per lookup).
+        self.record: Callable[[Sequence[Hashable], bool], None] = \
+            self._core.reference if self._core is not None else self._record
         # the pure-Python state (unused with the C core)
         self._counts = [0] * (len(self.bounds) + 1)  # sampled references per bucket; last: +Inf
         self._last: OrderedDict[int, int] = OrderedDict()  # sampled key -> latest slot
@@ -173,11 +177,12 @@ class ReuseProfile:
         sample as evenly as digests. Which blocks are sampled varies with
         ``PYTHONHASHSEED``; the estimate does not depend on it.
         """
-        if self._core is not None:
-            self._core.reference(keys, True)
-            return
-        self._total += len(keys)
-        self._python(keys, True)
+        self.record(keys, True)
+
+    def _record(self, keys: Sequence[Hashable], counted: bool) -> None:
+        if counted:
+            self._total += len(keys)
+        self._python(keys, counted)
 
     def write(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` entered the cache without a lookup (written during decode):
@@ -189,10 +194,7 @@ class ReuseProfile:
             >>> profile.references, profile.hit_ratio(1)
             (1, 1.0)
         """
-        if self._core is not None:
-            self._core.reference(keys, False)
-            return
-        self._python(keys, False)
+        self.record(keys, False)
 
     def _python(self, keys: Sequence[Hashable], counted: bool) -> None:
         threshold = self._threshold
