@@ -206,6 +206,18 @@ class Instrumentation:
             self._shadowed[name] = _own_attribute(self.target, name)
         setattr(self.target, name, wrapper)
 
+    def rewrap(self, hook: Hook) -> None:
+        """Replace the wrapper on ``hook.method`` by one built from ``hook`` (same engine
+        method beneath): for readers that change with what the engine was seen doing, e.g.
+        a before-read needed only once a feature was first used. Nothing on an object
+        this instrumentation does not wrap (inactive, unwrapped)."""
+        if hook.method not in self._shadowed:
+            return
+        had_own, value = self._shadowed[hook.method]
+        original = value if had_own else getattr(type(self.target), hook.method).__get__(
+            self.target)
+        setattr(self.target, hook.method, _wrapper(self, hook, original))
+
     def on_unwrap(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the instrumentation is removed (detach sources...)."""
         self._on_unwrap.append(callback)

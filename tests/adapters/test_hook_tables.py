@@ -181,3 +181,16 @@ def test_a_gate_that_does_not_compile_is_refused_at_definition():
         Hook("step", ("output",), "track", when="output[")
     with pytest.raises(ValueError, match="count= needs"):
         Hook("alloc", ("n",), "allocate", count="n", when="n")
+
+
+def test_rewrap_swaps_the_readers_and_unwrap_still_restores_the_engine_method():
+    rec, pool = Recorder(), Pool(8)
+    inst = start(pool, rec)
+    blocks = pool.get_new_blocks(2)
+    inst.rewrap(Hook("free_blocks", ("blocks",), "free",
+                     after=lambda inst, state, result, blocks, keys=(): inst.tier.free(99)))
+    pool.free_blocks(blocks)
+    assert rec.snapshot().tier("gpu").frees == 99, "the new readers run"
+    inst.unwrap()
+    inst.rewrap(SPEC.hooks[1])  # nothing wrapped any more: nothing installed
+    assert pool.free_blocks.__func__ is Pool.free_blocks

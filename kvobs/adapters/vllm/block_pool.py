@@ -192,10 +192,8 @@ def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Seq
                        *args: Any, **kwargs: Any) -> int:
     """Blocks of the window this call may hash that hold a hash already (indexed in
     place: no slice, no tuple per call). vLLM hashes only blocks without one, except a
-    partial block promoted to full: until a ``cache_partial_block`` was seen there is
-    nothing to read."""
-    if not inst.partial_seen:
-        return 0
+    partial block promoted to full: this read is installed once a ``cache_partial_block``
+    was seen (:data:`CACHE_FULL_PROMOTING`); until then the wrapper has no before."""
     n = 0
     for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
         if blocks[i]._block_hash is not None:
@@ -203,11 +201,11 @@ def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Seq
     return n
 
 
-def _cache_full_after(inst: BlockPoolInstrumentation, before: int, result: Any,
+def _cache_full_after(inst: BlockPoolInstrumentation, before: int | None, result: Any,
                       request: Any, blocks: Sequence[Any], num_cached_blocks: int,
                       num_full_blocks: int, block_size: int = 0, kv_cache_group_id: int = 0,
                       *args: Any, **kwargs: Any) -> None:
-    n = -before
+    n = -before if before else 0
     for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
         if blocks[i]._block_hash is not None:
             n += 1
@@ -225,7 +223,9 @@ def _cache_full_after(inst: BlockPoolInstrumentation, before: int, result: Any,
 
 def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,
                     *args: Any, **kwargs: Any) -> bool:
-    inst.partial_seen = True  # from now on cache_full_blocks may promote hashed blocks
+    if not inst.partial_seen:  # from now on cache_full_blocks may promote hashed blocks
+        inst.partial_seen = True
+        inst.rewrap(CACHE_FULL_PROMOTING)
     return block._block_hash is not None
 
 
@@ -279,7 +279,7 @@ SPEC = AdapterSpec(COMPONENT, ("BlockPool",), (
     Hook("touch", ("blocks",), "reuse, allocate", before=_touch_before, after=_touch_after,
          reiterable=("blocks",)),
     Hook("cache_full_blocks", ("request", "blocks", "num_cached_blocks", "num_full_blocks"),
-         "track", before=_cache_full_before, after=_cache_full_after),
+         "track", after=_cache_full_after),
     Hook("cache_partial_block", ("request", "block"), "track", before=_partial_before,
          after=_partial_after),
     Hook("move_block_hashes", ("src_block", "dst_block"), "track", before=_move_before,
@@ -292,6 +292,12 @@ SPEC = AdapterSpec(COMPONENT, ("BlockPool",), (
           "free_blocks", "get_num_free_blocks"))
 """The pool's hooks. ``free_blocks`` is checked (in ``state``), never wrapped: frees are
 derived at collection (see the module docstring)."""
+
+#: ``cache_full_blocks`` once a partial block was hashed: a window may then hold a block
+#: promoted from partial to full, whose hash is not new (read before the call).
+CACHE_FULL_PROMOTING = Hook(
+    "cache_full_blocks", ("request", "blocks", "num_cached_blocks", "num_full_blocks"),
+    "track", before=_cache_full_before, after=_cache_full_after)
 
 
 def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
