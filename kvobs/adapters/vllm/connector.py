@@ -49,10 +49,9 @@ from kvobs.tiers import DISK, GPU, HOST
 
 COMPONENT = "vllm.offloading_connector"
 
-#: ``(is_store, chunks)`` of each job a worker output completes.
-Completions = list[tuple[bool, int]]
-#: What one worker output reports: its completions, store / load bytes and seconds.
-Report = tuple[Completions, int, int, float, float]
+#: What one worker output reports: the chunks of each store and each load job it
+#: completes, then store / load bytes and seconds.
+Report = tuple[list[int], list[int], int, int, float, float]
 
 
 class ConnectorInstrumentation(Instrumentation):
@@ -75,7 +74,7 @@ class ConnectorInstrumentation(Instrumentation):
                                or 1), 1)
 
 
-_NOTHING: Report = ([], 0, 0, 0.0, 0.0)
+_NOTHING: Report = ([], [], 0, 0, 0.0, 0.0)
 
 
 def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> Report:
@@ -100,18 +99,19 @@ def _completing(inst: ConnectorInstrumentation, connector_output: Any) -> Report
         completed = getattr(meta, "completed_jobs", None)
     if not completed:
         if reported[0] or reported[1] or reported[2] or reported[3]:
-            return ([], *reported)
+            return ([], [], *reported)
         return _NOTHING
     side = inst.target
     jobs, stale_below = side._jobs, side._stale_job_threshold
-    done: Completions = []
+    stores: list[int] = []
+    loads: list[int] = []
     for job_id, count in completed.items():
         if job_id < stale_below:
             continue  # flushed by a cache reset: vLLM completes nothing for it
         status = jobs.get(job_id)
         if status is not None and status.pending_count - count <= 0:
-            done.append((bool(status.is_store), len(status.keys)))
-    return (done, *reported)
+            (stores if status.is_store else loads).append(len(status.keys))
+    return (stores, loads, *reported)
 
 
 def _reported(stats: Any, direction: str, field: str) -> Any:
@@ -123,21 +123,20 @@ def _landed(inst: ConnectorInstrumentation, state: Report, result: None,
             connector_output: Any) -> None:
     if state is _NOTHING:
         return
-    done, store_bytes, load_bytes, store_s, load_s = state
+    stores, loads, store_bytes, load_bytes, store_s, load_s = state
     if store_s:
         inst.offload.add_seconds(store_s / inst.workers)
     if load_s:
         inst.onload.add_seconds(load_s / inst.workers)
-    if not done and not store_bytes and not load_bytes:
-        return
-    inst.carried_store_bytes += store_bytes
-    inst.carried_load_bytes += load_bytes
-    stores = [chunks for is_store, chunks in done if is_store]
-    loads = [chunks for is_store, chunks in done if not is_store]
-    if stores:
-        inst.carried_store_bytes = _count(inst.offload, stores, inst.carried_store_bytes)
+    if stores:  # bytes carried from earlier steps go with this step's jobs
+        inst.carried_store_bytes = _count(inst.offload, stores,
+                                          inst.carried_store_bytes + store_bytes)
+    elif store_bytes:
+        inst.carried_store_bytes += store_bytes
     if loads:
-        inst.carried_load_bytes = _count(inst.onload, loads, inst.carried_load_bytes)
+        inst.carried_load_bytes = _count(inst.onload, loads, inst.carried_load_bytes + load_bytes)
+    elif load_bytes:
+        inst.carried_load_bytes += load_bytes
 
 
 def _count(link: LinkEvents, jobs: list[int], nbytes: int) -> int:
