@@ -66,6 +66,7 @@ class BlockPoolInstrumentation(Instrumentation):
         self.partial_seen = False
         #: report blocks cached during decode to the reuse profile (``rec.written``)
         self.written = rec.profile_reuse
+        self.hash_size = int(getattr(pool, "hash_block_size", 1) or 1)
         self._settle_lock = threading.Lock()
 
     def settle(self) -> tuple[int, int]:
@@ -176,15 +177,23 @@ def _hashed(blocks: Iterable[Any]) -> int:
 
 # -- readers (see kvobs.adapters._hooks: before(inst, *args), after(inst, state, result, *args))
 
-def _touch_before(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> list[Any]:
-    return [b for b in blocks if not b.ref_cnt and not b.is_null]
+def _touch_before(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> tuple[int, int]:
+    """``(idle, cached)``: blocks this touch takes out of the free queue, and those of
+    them holding a hash (touch changes no hash); counted after the call."""
+    idle = cached = 0
+    for block in blocks:
+        if not block.ref_cnt and not block.is_null:
+            idle += 1
+            if block._block_hash is not None:
+                cached += 1
+    return idle, cached
 
 
-def _touch_after(inst: BlockPoolInstrumentation, idle: list[Any], result: Any,
+def _touch_after(inst: BlockPoolInstrumentation, state: tuple[int, int], result: Any,
                  blocks: Sequence[Any]) -> None:
-    hits = _hashed(idle)
-    inst.tier.reuse(hits)                # cached -> in use
-    inst.tier.allocate(len(idle) - hits)  # a free block without data: a plain allocation
+    idle, hits = state
+    inst.tier.reuse(hits)           # cached -> in use
+    inst.tier.allocate(idle - hits)  # a free block without data: a plain allocation
 
 
 def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Sequence[Any],
@@ -213,7 +222,7 @@ def _cache_full_after(inst: BlockPoolInstrumentation, before: int | None, result
     if inst.written and not kv_cache_group_id:
         # Blocks cached beyond the prompt: an answer written during decode, reported to
         # the reuse profile as the request's own block hashes (the lookup's keys).
-        hash_size = inst.target.hash_block_size
+        hash_size = inst.hash_size
         per = block_size // hash_size if block_size else 1
         end = num_full_blocks * per
         start = request.num_prompt_tokens // hash_size
