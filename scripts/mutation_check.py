@@ -19,6 +19,7 @@ Usage (about 20-60 s per mutant; ``make mutants`` runs every engine)::
     python scripts/mutation_check.py --only hisparse \
         --suite .venv-vllm/bin/python:tests/engines/vllm033/test_vllm_hisparse.py
     python scripts/mutation_check.py --list
+    python scripts/mutation_check.py --check                # every snippet still applies
 
 Exit status 1 when a mutant survived (or a suite failed without any mutant).
 """
@@ -103,6 +104,8 @@ def main() -> int:
                         help="this engine's mutants (repeatable; default: every engine)")
     parser.add_argument("--only", default="", help="run mutants whose id contains this")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--check", action="store_true",
+                        help="check that every mutant's snippet is in its file once, and exit")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per suite run")
     parser.add_argument("--suite", action="append", metavar="PYTHON:PATH",
                         help="judge by this suite instead of the engine's (repeatable; a "
@@ -116,6 +119,12 @@ def main() -> int:
     if args.list:
         print("\n".join(f"{m.id:45} {m.path}" for m, _suites in plan))
         return 0
+    if args.check:
+        stale = [f"{m.id}: {m.path} holds its snippet {(REPO / m.path).read_text().count(m.old)} "
+                 "times (need 1)" for m, _suites in plan
+                 if (REPO / m.path).read_text().count(m.old) != 1]
+        print("\n".join(stale) or f"{len(plan)} mutants, every snippet found once")
+        return 1 if stale else 0
     for python in sorted({python for _m, suites in plan for python, _suite in suites}):
         if not (REPO / python).exists():
             raise SystemExit(f"{python} is missing: run `bash scripts/deps/engines.sh`")
