@@ -1270,6 +1270,133 @@ static PyTypeObject ThrashCoreType = {
     .tp_methods = thrash_methods,
 };
 
+/* ---- vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool) -------------------
+ *
+ * cache_full_after(inst, before, result, request, blocks, num_cached_blocks,
+ *                  num_full_blocks, block_size=0, kv_cache_group_id=0, *rest)
+ *     What block_pool._python_cache_full_after does, in one C call (it runs for every
+ *     block a request fills): inst.hashes_gained += blocks of the window
+ *     blocks[num_cached_blocks:num_full_blocks] holding a hash, minus `before` (those that
+ *     held one before the call; None: none); then, when inst.written and the group is 0,
+ *     rec.written(request.block_hashes[lo:end]) for the hashes beyond the prompt
+ *     (lo = max(num_cached_blocks * per, num_prompt_tokens // inst.hash_size), end =
+ *     num_full_blocks * per, per = block_size // inst.hash_size or 1). Arguments may also
+ *     come by keyword (the wrappers of engines whose signature is not plain).
+ */
+
+static PyObject *s_block_hash, *s_hashes_gained, *s_written, *s_hash_size, *s_rec,
+    *s_num_prompt_tokens, *s_block_hashes;
+
+static int attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static PyObject *cache_full_after(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
+                                  PyObject *kwnames)
+{
+    static const char *names[] = {"inst", "before", "result", "request", "blocks",
+                                  "num_cached_blocks", "num_full_blocks", "block_size",
+                                  "kv_cache_group_id"};
+    PyObject *a[9] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    for (Py_ssize_t i = 0; i < nargs && i < 9; i++)
+        a[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+        if (name == NULL)
+            return NULL;
+        for (int i = 0; i < 9; i++)
+            if (strcmp(name, names[i]) == 0)
+                a[i] = args[nargs + k];
+    }
+    for (int i = 0; i < 7; i++)
+        if (a[i] == NULL)
+            return PyErr_Format(PyExc_TypeError, "cache_full_after: missing %s", names[i]);
+    PyObject *inst = a[0], *before = a[1], *request = a[3], *blocks = a[4];
+    Py_ssize_t cached = PyLong_AsSsize_t(a[5]);
+    Py_ssize_t full = PyLong_AsSsize_t(a[6]);
+    Py_ssize_t block_size = a[7] ? PyLong_AsSsize_t(a[7]) : 0;
+    Py_ssize_t group = a[8] ? PyLong_AsSsize_t(a[8]) : 0;
+    if (PyErr_Occurred())
+        return NULL;
+    long long n = 0;
+    if (before != Py_None) {
+        n = -PyLong_AsLongLong(before);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    Py_ssize_t size = PySequence_Size(blocks);
+    if (size < 0)
+        return NULL;
+    Py_ssize_t end = full < size ? full : size;
+    for (Py_ssize_t i = cached; i < end; i++) {
+        PyObject *block = PyList_CheckExact(blocks) ? Py_NewRef(PyList_GET_ITEM(blocks, i))
+                                                    : PySequence_GetItem(blocks, i);
+        if (block == NULL)
+            return NULL;
+        PyObject *h = PyObject_GetAttr(block, s_block_hash);
+        Py_DECREF(block);
+        if (h == NULL)
+            return NULL;
+        n += h != Py_None;
+        Py_DECREF(h);
+    }
+    PyObject *gained = PyObject_GetAttr(inst, s_hashes_gained);
+    if (gained == NULL)
+        return NULL;
+    PyObject *delta = PyLong_FromLongLong(n);
+    PyObject *sum = delta ? PyNumber_Add(gained, delta) : NULL;
+    Py_DECREF(gained);
+    Py_XDECREF(delta);
+    if (sum == NULL || PyObject_SetAttr(inst, s_hashes_gained, sum) < 0) {
+        Py_XDECREF(sum);
+        return NULL;
+    }
+    Py_DECREF(sum);
+    PyObject *written = PyObject_GetAttr(inst, s_written);
+    if (written == NULL)
+        return NULL;
+    int report = PyObject_IsTrue(written);
+    Py_DECREF(written);
+    if (report < 0)
+        return NULL;
+    if (!report || group != 0)
+        Py_RETURN_NONE;
+    Py_ssize_t hash_size, prompt;
+    if (attr_ssize(inst, s_hash_size, &hash_size) < 0 ||
+        attr_ssize(request, s_num_prompt_tokens, &prompt) < 0)
+        return NULL;
+    if (hash_size <= 0)
+        return PyErr_Format(PyExc_ValueError, "cache_full_after: hash_size %zd", hash_size);
+    Py_ssize_t per = block_size ? block_size / hash_size : 1;
+    Py_ssize_t stop = full * per, first = prompt / hash_size;
+    if (first >= stop)
+        Py_RETURN_NONE;
+    Py_ssize_t lo = cached * per > first ? cached * per : first;
+    PyObject *hashes = PyObject_GetAttr(request, s_block_hashes);
+    if (hashes == NULL)
+        return NULL;
+    PyObject *keys = PySequence_GetSlice(hashes, lo, stop);
+    Py_DECREF(hashes);
+    if (keys == NULL)
+        return NULL;
+    PyObject *rec = PyObject_GetAttr(inst, s_rec);
+    PyObject *out = rec ? PyObject_CallMethodOneArg(rec, s_written, keys) : NULL;
+    Py_XDECREF(rec);
+    Py_DECREF(keys);
+    if (out == NULL)
+        return NULL;
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"has_stream_copy", has_stream_copy, METH_NOARGS, "True where non-temporal stores exist."},
     {"plan_pairs", plan_pairs, METH_VARARGS, "Validate an int64 pair array and coalesce runs."},
@@ -1280,6 +1407,9 @@ static PyMethodDef methods[] = {
      "walk_slots(blocks, hash_member, count_member): (hashed, in_use, cached) of a pool."},
     {"sample_bits", sample_bits, METH_VARARGS,
      "sample_bits(keys, threshold, mask): hash((key,)) of the keys whose low bits sample."},
+    {"cache_full_after", (PyCFunction)(void (*)(void))cache_full_after,
+     METH_FASTCALL | METH_KEYWORDS,
+     "The vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool), in C."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1294,6 +1424,14 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     if (PyType_Ready(&ReuseCoreType) < 0 || PyType_Ready(&ThrashCoreType) < 0)
+        return NULL;
+    if (!(s_block_hash = PyUnicode_InternFromString("_block_hash")) ||
+        !(s_hashes_gained = PyUnicode_InternFromString("hashes_gained")) ||
+        !(s_written = PyUnicode_InternFromString("written")) ||
+        !(s_hash_size = PyUnicode_InternFromString("hash_size")) ||
+        !(s_rec = PyUnicode_InternFromString("rec")) ||
+        !(s_num_prompt_tokens = PyUnicode_InternFromString("num_prompt_tokens")) ||
+        !(s_block_hashes = PyUnicode_InternFromString("block_hashes")))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

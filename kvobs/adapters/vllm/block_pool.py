@@ -210,10 +210,12 @@ def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Seq
     return n
 
 
-def _cache_full_after(inst: BlockPoolInstrumentation, before: int | None, result: Any,
-                      request: Any, blocks: Sequence[Any], num_cached_blocks: int,
-                      num_full_blocks: int, block_size: int = 0, kv_cache_group_id: int = 0,
-                      *args: Any, **kwargs: Any) -> None:
+def python_cache_full_after(inst: BlockPoolInstrumentation, before: int | None, result: Any,
+                            request: Any, blocks: Sequence[Any], num_cached_blocks: int,
+                            num_full_blocks: int, block_size: int = 0,
+                            kv_cache_group_id: int = 0, *args: Any, **kwargs: Any) -> None:
+    """The ``cache_full_blocks`` reader in Python (the fallback, and the C one's
+    reference: ``native.cache_full_after`` runs for every block a request fills)."""
     n = -before if before else 0
     for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
         if blocks[i]._block_hash is not None:
@@ -228,6 +230,9 @@ def _cache_full_after(inst: BlockPoolInstrumentation, before: int | None, result
         start = request.num_prompt_tokens // hash_size
         if start < end:
             inst.rec.written(request.block_hashes[max(num_cached_blocks * per, start):end])
+
+
+_cache_full_after: Any = getattr(native, "cache_full_after", None) or python_cache_full_after
 
 
 def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,
