@@ -453,9 +453,12 @@ class EngineDriver:
             self.due.append((self.steps + delay + worker * self.worker_lag, worker, job_id,
                              is_store, share, req))
 
-    def _worker_meta(self) -> tuple[OffloadingWorkerMetadata, set[str]]:
+    def _worker_meta(self) -> tuple[OffloadingWorkerMetadata | None, set[str]]:
         """What the workers report this step, aggregated as the engine core does, and
-        the requests whose async loads every worker finished (``finished_recving``)."""
+        the requests whose async loads every worker finished (``finished_recving``).
+        A worker with no job completed reports no metadata (vLLM's
+        ``build_connector_worker_meta`` returns None), so a step where no worker completed
+        one carries none."""
         ready = [d for d in self.due if d[0] <= self.steps]
         self.due = [d for d in self.due if d[0] > self.steps]
         pending = {d[2] for d in self.due}
@@ -478,7 +481,8 @@ class EngineDriver:
             meta = OffloadingWorkerMetadata(completed_jobs=completed, transfer_stats=stats)
             merged = cast(OffloadingWorkerMetadata, merged.aggregate(meta))
         still_loading = {d[5] for d in self.due}
-        return merged, {d[5] for d in ready if d[5] is not None and d[5] not in still_loading}
+        loaded = {d[5] for d in ready if d[5] is not None and d[5] not in still_loading}
+        return (merged if ready else None), loaded
 
     def _read_stats(self, engine_outputs: Any) -> Any:
         stats = None
