@@ -156,8 +156,8 @@ def _planned(inst: ConnectorInstrumentation, state: None, result: None, request:
     ``hits_by_source`` does (``get_external_cache_hit_sources``: ``disk`` -> disk hits,
     ``host`` and ``external_unspecified`` -> host hits; ``p2p``, a peer's cache, is
     neither)."""
-    external = inst.external
-    if not num_external_tokens or external is None:
+    external = inst.external  # the gate: external tokens, and a lookup adapter to tell
+    if external is None:
         return
     host = disk = 0
     for source, tokens in inst.target.get_external_cache_hit_sources(
@@ -175,7 +175,7 @@ SPEC = AdapterSpec(COMPONENT, ("OffloadingConnectorScheduler",), (
          before=_completing, after=_landed,
          when="getattr(connector_output, 'kv_connector_worker_meta', None) is not None"),
     Hook("update_state_after_alloc", ("request", "blocks", "num_external_tokens"), "lookup",
-         after=_planned),
+         after=_planned, when="num_external_tokens and inst.external is not None"),
 ), state=("_jobs", "_stale_job_threshold", "manager", "get_external_cache_hit_sources"))
 
 
