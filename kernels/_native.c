@@ -313,6 +313,48 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
  * not depend on the sizing (distances come from the live keys, not from slot numbers).
  */
 
+/* KeyTable: the open-addressing index both per-key cores use (64-bit key hashes -> an int32
+ * row of the core's own arrays; linear probing, backward-shift delete, val -1 = empty). */
+typedef struct {
+    uint64_t *key;
+    int32_t *val;
+    Py_ssize_t mask; /* capacity - 1 (a power of two) */
+    int shift;       /* 64 - log2(capacity) */
+} KeyTable;
+
+static inline Py_ssize_t ktab_home(const KeyTable *t, uint64_t bits)
+{
+    return (Py_ssize_t)((bits * 0x9E3779B97F4A7C15ULL) >> t->shift);
+}
+
+/* The position holding bits, or the empty position where it would go. */
+static inline Py_ssize_t ktab_find(const KeyTable *t, uint64_t bits)
+{
+    Py_ssize_t i = ktab_home(t, bits);
+    while (t->val[i] >= 0 && t->key[i] != bits)
+        i = (i + 1) & t->mask;
+    return i;
+}
+
+static void ktab_delete(KeyTable *t, Py_ssize_t i)
+{
+    Py_ssize_t j = i;
+    t->val[i] = -1;
+    for (;;) {
+        j = (j + 1) & t->mask;
+        if (t->val[j] < 0)
+            return;
+        Py_ssize_t home = ktab_home(t, t->key[j]);
+        /* move j back to i unless its home lies cyclically in (i, j] */
+        if ((i <= j) ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        t->key[i] = t->key[j];
+        t->val[i] = t->val[j];
+        t->val[j] = -1;
+        i = j;
+    }
+}
+
 #define REUSE_INITIAL_LIVE 4096
 
 #define REUSE_LOW_BITS ((1ULL << 24) - 1)
@@ -322,8 +364,7 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
 
 typedef struct {
     PyObject_HEAD
-    Py_ssize_t max_keys, max_live, slots, live, clock, cap_mask;
-    int shift;
+    Py_ssize_t max_keys, max_live, slots, live, clock;
     uint64_t threshold;
     double weight;
     Py_ssize_t n_bounds;
@@ -333,8 +374,7 @@ typedef struct {
     uint64_t *slot_key;           /* slots */
     uint64_t *live_bits;          /* words = slots / 64 */
     Py_ssize_t words;
-    uint64_t *tbl_key;            /* cap */
-    int32_t *tbl_slot;            /* cap; -1: empty */
+    KeyTable tbl;                 /* key bits -> slot */
     long long sampled, total, forgotten;
     int tuple_hash_ok;            /* the replica below equals hash((key,)) here */
 } ReuseCore;
@@ -405,39 +445,6 @@ static int key_bits(ReuseCore *self, PyObject *key, uint64_t *bits)
     return 0;
 }
 
-static inline Py_ssize_t tbl_index(ReuseCore *self, uint64_t bits)
-{
-    return (Py_ssize_t)((bits * 0x9E3779B97F4A7C15ULL) >> self->shift);
-}
-
-/* The table position holding bits, or the empty position where it would go. */
-static inline Py_ssize_t tbl_find(ReuseCore *self, uint64_t bits)
-{
-    Py_ssize_t i = tbl_index(self, bits);
-    while (self->tbl_slot[i] >= 0 && self->tbl_key[i] != bits)
-        i = (i + 1) & self->cap_mask;
-    return i;
-}
-
-static void tbl_delete(ReuseCore *self, Py_ssize_t i)
-{
-    Py_ssize_t j = i;
-    self->tbl_slot[i] = -1;
-    for (;;) {
-        j = (j + 1) & self->cap_mask;
-        if (self->tbl_slot[j] < 0)
-            return;
-        Py_ssize_t home = tbl_index(self, self->tbl_key[j]);
-        /* move j back to i unless its home lies cyclically in (i, j] */
-        if ((i <= j) ? (i < home && home <= j) : (i < home || home <= j))
-            continue;
-        self->tbl_key[i] = self->tbl_key[j];
-        self->tbl_slot[i] = self->tbl_slot[j];
-        self->tbl_slot[j] = -1;
-        i = j;
-    }
-}
-
 static inline int slot_live(ReuseCore *self, Py_ssize_t slot)
 {
     return (int)((self->live_bits[slot >> 6] >> (slot & 63)) & 1);
@@ -502,13 +509,13 @@ static void reuse_free_sized(ReuseCore *self)
     PyMem_Free(self->tree);
     PyMem_Free(self->slot_key);
     PyMem_Free(self->live_bits);
-    PyMem_Free(self->tbl_key);
-    PyMem_Free(self->tbl_slot);
+    PyMem_Free(self->tbl.key);
+    PyMem_Free(self->tbl.val);
     self->tree = NULL;
     self->slot_key = NULL;
     self->live_bits = NULL;
-    self->tbl_key = NULL;
-    self->tbl_slot = NULL;
+    self->tbl.key = NULL;
+    self->tbl.val = NULL;
 }
 
 /* Resize every array for `max_live` live keys, renumbering the live slots 0..n-1 in
@@ -555,12 +562,12 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
     self->slot_key = slot_key;
     self->live_bits = live_bits;
     self->words = words;
-    self->tbl_key = tbl_key;
-    self->tbl_slot = tbl_slot;
+    self->tbl.key = tbl_key;
+    self->tbl.val = tbl_slot;
     self->max_live = max_live;
     self->slots = slots;
-    self->cap_mask = cap - 1;
-    self->shift = 64 - bits;
+    self->tbl.mask = cap - 1;
+    self->tbl.shift = 64 - bits;
     self->clock = n;
     return 0;
 }
@@ -572,7 +579,7 @@ static void reuse_compact(ReuseCore *self)
         if (!slot_live(self, s))
             continue;
         uint64_t bits = self->slot_key[s];
-        self->tbl_slot[tbl_find(self, bits)] = (int32_t)n;
+        self->tbl.val[ktab_find(&self->tbl, bits)] = (int32_t)n;
         self->slot_key[n] = bits;
         n++;
     }
@@ -582,33 +589,33 @@ static void reuse_compact(ReuseCore *self)
 
 static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
 {
-    Py_ssize_t pos = tbl_find(self, bits);
-    if (self->tbl_slot[pos] < 0 && self->live >= self->max_live
+    Py_ssize_t pos = ktab_find(&self->tbl, bits);
+    if (self->tbl.val[pos] < 0 && self->live >= self->max_live
             && self->max_live < self->max_keys) {
         Py_ssize_t grown = 2 * self->max_live;
         if (reuse_resize(self, grown < self->max_keys ? grown : self->max_keys) < 0)
             return -1;
-        pos = tbl_find(self, bits);
+        pos = ktab_find(&self->tbl, bits);
     }
     if (self->clock == self->slots) {
         reuse_compact(self);
-        pos = tbl_find(self, bits);
+        pos = ktab_find(&self->tbl, bits);
     }
     Py_ssize_t now = self->clock++;
     double distance = -1.0; /* cold */
-    if (self->tbl_slot[pos] < 0) {
+    if (self->tbl.val[pos] < 0) {
         if (self->live >= self->max_keys) {
             Py_ssize_t oldest = tree_first(self);
             tree_add(self, oldest, -1);
-            tbl_delete(self, tbl_find(self, self->slot_key[oldest]));
+            ktab_delete(&self->tbl, ktab_find(&self->tbl, self->slot_key[oldest]));
             self->live--;
             self->forgotten++;
-            pos = tbl_find(self, bits);
+            pos = ktab_find(&self->tbl, bits);
         }
-        self->tbl_key[pos] = bits;
+        self->tbl.key[pos] = bits;
         self->live++;
     } else {
-        Py_ssize_t previous = self->tbl_slot[pos];
+        Py_ssize_t previous = self->tbl.val[pos];
         double gap = (double)(now - previous) * self->weight;
         if (gap <= self->bounds[0]) {
             distance = gap;
@@ -618,7 +625,7 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
         }
         tree_add(self, previous, -1);
     }
-    self->tbl_slot[pos] = (int32_t)now;
+    self->tbl.val[pos] = (int32_t)now;
     self->slot_key[now] = bits;
     tree_add(self, now, 1);
     if (!counted)
@@ -673,9 +680,9 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
         if (key_bits(self, items[i], &bits) < 0)
             goto fail;
         if ((bits & REUSE_LOW_BITS) < self->threshold) {
-            Py_ssize_t row = tbl_index(self, bits);
-            __builtin_prefetch(&self->tbl_key[row]);
-            __builtin_prefetch(&self->tbl_slot[row]);
+            Py_ssize_t row = ktab_home(&self->tbl, bits);
+            __builtin_prefetch(&self->tbl.key[row]);
+            __builtin_prefetch(&self->tbl.val[row]);
             picked[m++] = bits;
         }
     }
@@ -939,47 +946,14 @@ static PyTypeObject ReuseCoreType = {
 
 typedef struct {
     PyObject_HEAD
-    Py_ssize_t max_blocks, entries, count, cap_mask;
-    int shift;
+    Py_ssize_t max_blocks, entries, count;
     uint64_t *key;        /* entries */
     int64_t *stamp;       /* entries: offload time ns * 2 + reused */
     int32_t *prev, *next; /* entries: the offload-order list; next doubles as the free list */
     int32_t head, tail, free;
-    uint64_t *tbl_key;    /* 2 x entries (a power of two) */
-    int32_t *tbl_entry;   /* -1: empty */
+    KeyTable tbl;         /* key bits -> entry; 2 x entries rows */
     long long in_window, reused, evicted_unused, untracked;
 } ThrashCore;
-
-static inline Py_ssize_t thrash_row(ThrashCore *self, uint64_t bits)
-{
-    return (Py_ssize_t)((bits * 0x9E3779B97F4A7C15ULL) >> self->shift);
-}
-
-static inline Py_ssize_t thrash_find(ThrashCore *self, uint64_t bits)
-{
-    Py_ssize_t i = thrash_row(self, bits);
-    while (self->tbl_entry[i] >= 0 && self->tbl_key[i] != bits)
-        i = (i + 1) & self->cap_mask;
-    return i;
-}
-
-static void thrash_tbl_delete(ThrashCore *self, Py_ssize_t i)
-{
-    Py_ssize_t j = i;
-    self->tbl_entry[i] = -1;
-    for (;;) {
-        j = (j + 1) & self->cap_mask;
-        if (self->tbl_entry[j] < 0)
-            return;
-        Py_ssize_t home = thrash_row(self, self->tbl_key[j]);
-        if ((i <= j) ? (i < home && home <= j) : (i < home || home <= j))
-            continue;
-        self->tbl_key[i] = self->tbl_key[j];
-        self->tbl_entry[i] = self->tbl_entry[j];
-        self->tbl_entry[j] = -1;
-        i = j;
-    }
-}
 
 static void thrash_unlink(ThrashCore *self, int32_t e)
 {
@@ -1009,7 +983,7 @@ static void thrash_append(ThrashCore *self, int32_t e)
 static void thrash_drop(ThrashCore *self, int32_t e, Py_ssize_t row)
 {
     thrash_unlink(self, e);
-    thrash_tbl_delete(self, row);
+    ktab_delete(&self->tbl, row);
     self->next[e] = self->free;
     self->free = e;
     self->count--;
@@ -1021,13 +995,13 @@ static void thrash_free_arrays(ThrashCore *self)
     PyMem_Free(self->stamp);
     PyMem_Free(self->prev);
     PyMem_Free(self->next);
-    PyMem_Free(self->tbl_key);
-    PyMem_Free(self->tbl_entry);
+    PyMem_Free(self->tbl.key);
+    PyMem_Free(self->tbl.val);
     self->key = NULL;
     self->stamp = NULL;
     self->prev = self->next = NULL;
-    self->tbl_key = NULL;
-    self->tbl_entry = NULL;
+    self->tbl.key = NULL;
+    self->tbl.val = NULL;
 }
 
 /* Size the arrays for `entries` blocks, keeping the tracked ones in order; -1 on no memory
@@ -1069,11 +1043,11 @@ static int thrash_resize(ThrashCore *self, Py_ssize_t entries)
     self->stamp = stamp;
     self->prev = prev;
     self->next = next;
-    self->tbl_key = tbl_key;
-    self->tbl_entry = tbl_entry;
+    self->tbl.key = tbl_key;
+    self->tbl.val = tbl_entry;
     self->entries = entries;
-    self->cap_mask = cap - 1;
-    self->shift = 64 - bits;
+    self->tbl.mask = cap - 1;
+    self->tbl.shift = 64 - bits;
     self->head = n ? 0 : THRASH_NIL;
     self->tail = n ? (int32_t)(n - 1) : THRASH_NIL;
     if (n)
@@ -1084,7 +1058,7 @@ static int thrash_resize(ThrashCore *self, Py_ssize_t entries)
         self->free = (int32_t)e;
     }
     for (Py_ssize_t e = 0; e < n; e++) {
-        Py_ssize_t row = thrash_find(self, key[e]);
+        Py_ssize_t row = ktab_find(&self->tbl, key[e]);
         tbl_key[row] = key[e];
         tbl_entry[row] = (int32_t)e;
     }
@@ -1134,8 +1108,8 @@ static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t row = thrash_find(self, bits[i]);
-        int32_t e = self->tbl_entry[row];
+        Py_ssize_t row = ktab_find(&self->tbl, bits[i]);
+        int32_t e = self->tbl.val[row];
         if (e >= 0) {
             thrash_unlink(self, e);
         } else {
@@ -1144,21 +1118,21 @@ static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
                 if (grown > self->max_blocks)
                     grown = self->max_blocks;
                 if (thrash_resize(self, grown) == 0)
-                    row = thrash_find(self, bits[i]);
+                    row = ktab_find(&self->tbl, bits[i]);
                 else
                     PyErr_Clear(); /* no memory to grow: forget the oldest instead */
             }
             if (self->count == self->entries) {
                 int32_t old = self->head;
-                thrash_drop(self, old, thrash_find(self, self->key[old]));
+                thrash_drop(self, old, ktab_find(&self->tbl, self->key[old]));
                 self->untracked++;
-                row = thrash_find(self, bits[i]);
+                row = ktab_find(&self->tbl, bits[i]);
             }
             e = self->free;
             self->free = self->next[e];
             self->key[e] = bits[i];
-            self->tbl_key[row] = bits[i];
-            self->tbl_entry[row] = e;
+            self->tbl.key[row] = bits[i];
+            self->tbl.val[row] = e;
             self->count++;
         }
         self->stamp[e] = (int64_t)now * 2;
@@ -1180,7 +1154,7 @@ static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t e = self->tbl_entry[thrash_find(self, bits[i])];
+        int32_t e = self->tbl.val[ktab_find(&self->tbl, bits[i])];
         if (e < 0)
             continue;
         int64_t stamp = self->stamp[e];
@@ -1203,8 +1177,8 @@ static PyObject *thrash_evicted(ThrashCore *self, PyObject *keys)
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t row = thrash_find(self, bits[i]);
-        int32_t e = self->tbl_entry[row];
+        Py_ssize_t row = ktab_find(&self->tbl, bits[i]);
+        int32_t e = self->tbl.val[row];
         if (e < 0)
             continue;
         if (!(self->stamp[e] & 1))
