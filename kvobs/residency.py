@@ -27,8 +27,19 @@ from collections.abc import Callable, Hashable, Iterable
 from kvobs.kernels._ext import native
 
 _SPACE = 1 << 16
-#: The C extension's sampler (the same values as the Python line, one call per event).
+_MASK = _SPACE - 1
+
+
+def _python_sample_bits(keys: Iterable[Hashable], threshold: int, mask: int) -> list[int]:
+    """``hash((key,))`` of the keys whose low bits fall under ``threshold`` (the sampling
+    line; the C extension's ``sample_bits`` gives the same values)."""
+    return [bits for key in keys if (bits := hash((key,))) & mask < threshold]
+
+
+#: The C extension's sampler (the same values as the Python line, one call per event,
+#: any collection: vLLM passes sets of chunk keys), else the Python line.
 _sample_bits = getattr(native, "sample_bits", None)
+_pick: Callable[[Iterable[Hashable], int, int], list[int]] = _sample_bits or _python_sample_bits
 
 
 class ResidencyTracker:
@@ -44,16 +55,9 @@ class ResidencyTracker:
         self._gaps: deque[float] = deque(maxlen=buffer_limit)
         self._lock = threading.Lock()
 
-    def _sampled(self, keys: Iterable[Hashable]) -> list[int]:
-        threshold = self._threshold
-        if _sample_bits is not None:  # any collection (vLLM passes sets of chunk keys)
-            return _sample_bits(keys, threshold, _SPACE - 1)  # type: ignore[no-any-return]
-        return [bits for key in keys if (bits := hash((key,))) & (_SPACE - 1) < threshold]
-
     def born(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` now hold data in this tier."""
-        picked = _sample_bits(keys, self._threshold, _SPACE - 1) if _sample_bits is not None \
-            else self._sampled(keys)  # the C call inline: this runs once per keyed event
+        picked = _pick(keys, self._threshold, _MASK)  # one call per keyed event
         if picked:
             now = self.clock_ns()
             with self._lock:
@@ -66,8 +70,7 @@ class ResidencyTracker:
 
     def reused(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were hit: the gap since their last use is one sample."""
-        picked = _sample_bits(keys, self._threshold, _SPACE - 1) if _sample_bits is not None \
-            else self._sampled(keys)
+        picked = _pick(keys, self._threshold, _MASK)
         if picked:
             now = self.clock_ns()
             with self._lock:
@@ -79,8 +82,7 @@ class ResidencyTracker:
 
     def evicted(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` left the tier: their time in it is one sample."""
-        picked = _sample_bits(keys, self._threshold, _SPACE - 1) if _sample_bits is not None \
-            else self._sampled(keys)
+        picked = _pick(keys, self._threshold, _MASK)
         if picked:
             now = self.clock_ns()
             with self._lock:

@@ -24,9 +24,9 @@ def test_c_sampling_equals_python_for_every_collection(shape) -> None:
     rnd = random.Random(4)
     keys = [rnd.randbytes(36) for _ in range(4000)] + list(range(-50, 4000)) + ["a", "b"]
     tracker = ResidencyTracker(rate=1 / 16)
-    assert residency._sample_bits is not None
+    assert residency._sample_bits is not None and residency._pick is residency._sample_bits
     expected = python_sampled(shape(keys), 1 / 16)
-    assert tracker._sampled(shape(keys)) == expected
+    assert residency._pick(shape(keys), tracker._threshold, 0xFFFF) == expected
     assert 0.03 < len(expected) / len(keys) < 0.10  # about 1 in 16
 
 
