@@ -471,13 +471,8 @@ class Recorder:
             profile = self.reuse
             if profile is None and self.profile_reuse:
                 profile = self.start_reuse_profile()
-            written = self._written
-            if written:  # the blocks written since, then this prompt: in engine order
-                self._written = []
-                if profile is not None:
-                    profile.record(written, False)
-                if self.trace is not None:
-                    self.trace.write(written, written=True)
+            if self._written:  # the blocks written since, then this prompt: engine order
+                self._flush_written(profile)
             if profile is not None:
                 profile.record(keys, True)
             if self.trace is not None:
@@ -493,15 +488,16 @@ class Recorder:
         pending = self._written
         pending.extend(keys)
         if len(pending) > 4096:
-            self._flush_written()
+            profile = self.reuse
+            if profile is None and self.profile_reuse:
+                profile = self.start_reuse_profile()
+            self._flush_written(profile)
 
-    def _flush_written(self) -> None:
+    def _flush_written(self, profile: ReuseProfile | None) -> None:
+        """Hand the written blocks waiting to ``profile`` (and the trace)."""
         keys, self._written = self._written, []
-        profile = self.reuse
-        if profile is None and self.profile_reuse:
-            profile = self.start_reuse_profile()
         if profile is not None:
-            profile.write(keys)
+            profile.record(keys, False)
         if self.trace is not None:
             self.trace.write(keys, written=True)
 
