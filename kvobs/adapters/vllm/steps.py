@@ -57,11 +57,10 @@ class StepInstrumentation(Instrumentation):
                  warm: int = WARM, steady_every: int = STEADY_EVERY) -> None:
         super().__init__(scheduler, COMPONENT, active, rec)
         self.in_flight: dict[int, tuple[float, int, int]] = {}
-        self.every = max(int(every), 1)
         self.steady_every = max(int(steady_every), 1)
         self.warm = warm  # timed steps left at ``every``
         #: the stride: True every ``every``-th step (the first step is timed)
-        self.ticks = stride(self.every if warm > 0 else self.steady_every)
+        self.ticks = stride(max(int(every), 1) if warm > 0 else self.steady_every)
         #: the last due step scheduled nothing: time the next one
         self.retry = True
 
