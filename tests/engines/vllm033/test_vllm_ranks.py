@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+from tests.engines.vllm032.engine_run import free_port
 from tests.engines.vllm033.test_vllm_plugin import scrape, value
 
 HERE = Path(__file__).parent
@@ -55,24 +55,6 @@ ENGINE = textwrap.dedent("""
 """)
 
 
-def free_base_port(span: int = 4) -> int:
-    """A port P with P..P+span-1 free now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port + span > 65535:
-            continue
-        try:
-            for offset in range(span):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port + offset))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port range")
-
-
 def start_engine(rank: int, conversations: int, tmp: Path, base: int) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVOBS_")}
     env.update(KVOBS_ENABLE="1", KVOBS_METRICS_ADDR=f"127.0.0.1:{base}",
@@ -93,7 +75,7 @@ def result_of(process: subprocess.Popen) -> dict:
 
 
 def test_two_data_parallel_engines_one_scrape_each(tmp_path):
-    base = free_base_port()
+    base = free_port(1, 2, 3)  # four ranks' ports: base .. base + 3
     engines = {rank: start_engine(rank, conversations=2 + 3 * rank,
                                   tmp=tmp_path / f"rank{rank}", base=base)
                for rank in (0, 1)}
