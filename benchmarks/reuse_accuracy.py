@@ -8,9 +8,9 @@ every bucket bound is compared with an exact LRU replay of the same events
 (``tests/lru_oracle.py``); the table prints the largest and the mean absolute error per
 workload and capacity, over bounds and salts (goal: max <= 0.02, mean <= 0.01).
 
-    python benchmarks/reuse_accuracy.py                    # table
-    python benchmarks/reuse_accuracy.py --json
-    python benchmarks/reuse_accuracy.py --capacities 1000,100000 --salts 5
+    python -m benchmarks.reuse_accuracy                    # table
+    python -m benchmarks.reuse_accuracy --json
+    python -m benchmarks.reuse_accuracy --capacities 1000,100000 --salts 5
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test oracle
-from lru_oracle import (
+from kvobs.reuse import ReuseProfile
+from tests.lru_oracle import (  # the tests' exact-LRU oracle
     Event,
     chat_prefixes,
     chat_with_answers,
@@ -34,8 +33,6 @@ from lru_oracle import (
     scan_with_hot_set,
     zipf,
 )
-
-from kvobs.reuse import ReuseProfile
 
 _MASK = (1 << 64) - 1
 

@@ -5,7 +5,7 @@ four pools built alike: raw, instrumented by kvobs, wrapped by a bare pass-throu
 only does ``counter += num_blocks`` (the floor any Python wrapper pays: kvobs's target
 is that ratio, not 1.00), and with vLLM's own ``KVCacheMetricsCollector`` (sampling 1%)
 for reference. This is the worst case for kvobs (the one hot-path hook, nothing else
-around it); ``benchmarks/vllm_scheduler_overhead.py`` times the real scheduler loop.
+around it); ``python -m benchmarks.vllm_scheduler_overhead`` times the real scheduler loop.
 Many short rounds alternate the order (A B C D, D C B A ...) so drift hits all pools
 alike. On a shared machine most rounds
 are disturbed by other processes, so each pool's figure is its fastest round (the cost

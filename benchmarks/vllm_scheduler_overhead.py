@@ -9,7 +9,10 @@
    step timing, one is not instrumented, and a fourth plain one is the noise gauge
    (plain vs plain). Besides the ratios, the added microseconds per step are the median
    over rounds of the paired difference (instrumented - plain).
-   Rounds of a few steps rotate the order between them so drift hits all alike; only
+   Rounds of a few steps rotate the order between them so drift hits all alike, over
+   ``--blocks`` fresh sets of the four, each built in another order (where a scheduler
+   lands in memory moves its step time by up to ~1.5%), after a warm-up past step
+   timing's first 1,024 steps (1 in 4 timed, then its steady 1 in 32); only
    the time inside ``schedule()`` and ``update_from_output()`` is counted (the
    synthetic worker is not), as this thread's CPU time (``--wall`` for wall time), which
    other processes on a shared machine disturb less. The ratio is the median over rounds
@@ -19,11 +22,12 @@
    every block), with the pool half in use and half of its blocks holding prefix hashes,
    state set through vLLM's own calls (goal <= 5 ms).
 
-Run with the vLLM venv (``bash scripts/deps/engines.sh vllm``)::
+Run from the repository root with the vLLM venv (``bash scripts/deps/engines.sh vllm``),
+as a module (it drives the real-loop test bed, ``tests.engines.vllm033.vllm_engine``)::
 
-    .venv-vllm/bin/python benchmarks/vllm_scheduler_overhead.py          # table
-    .venv-vllm/bin/python benchmarks/vllm_scheduler_overhead.py --json   # one JSON object
-    .venv-vllm/bin/python benchmarks/vllm_scheduler_overhead.py --running 8 --rounds 300
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead          # table
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --json   # one JSON object
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --running 8 --rounds 300
 """
 
 from __future__ import annotations
@@ -41,14 +45,12 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "engines" / "vllm033"))  # the real-loop test bed
 
-import torch  # noqa: E402
-from vllm_engine import EngineDriver, build_scheduler  # noqa: E402
+import torch
 
-from kvobs.adapters.vllm import instrument_block_pool, instrument_scheduler  # noqa: E402
-from kvobs.recorder import Recorder  # noqa: E402
+from kvobs.adapters.vllm import instrument_block_pool, instrument_scheduler
+from kvobs.recorder import Recorder
+from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
 
 CHUNK_BYTES = 16384  # one block of the test model (2 layers, fp16)
 
@@ -95,28 +97,42 @@ def build(tmp: Path, name: str, running: int, instrumented: bool,
     return Workload(driver, running), rec
 
 
-def step_overhead(running: int, rounds: int, steps: int, warmup: int,
-                  cpu: bool = True) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        plain, _ = build(Path(tmp), "plain", running, instrumented=False)
-        control, _ = build(Path(tmp), "control", running, instrumented=False)
-        kvobs, rec = build(Path(tmp), "kvobs", running, instrumented=True)
-        untimed, _ = build(Path(tmp), "untimed", running, instrumented=True, steps=False)
-        order = [("plain", plain), ("kvobs", kvobs), ("control", control),
-                 ("untimed", untimed)]
-        for _, workload in order:
-            workload.steps(warmup)
-        times: dict[str, list[float]] = {name: [] for name, _ in order}
-        gc.disable()
-        try:
-            for round_no in range(rounds):
-                shift = round_no % len(order)
-                for name, workload in order[shift:] + order[:shift]:
-                    times[name].append(workload.steps(steps, cpu))
-        finally:
-            gc.enable()
-        running_now = len(kvobs.driver.scheduler.running)
-        snap = rec.snapshot()
+def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool = True,
+                  blocks: int = 3) -> dict[str, Any]:
+    """Interleaved rounds over ``blocks`` fresh sets of the four schedulers, each set
+    built in another order (where an object lands in memory moves its step time by up to
+    ~1.5%, which a single build would count as kvobs's, or hide)."""
+    order = ["plain", "kvobs", "control", "untimed"]
+    times: dict[str, list[float]] = {name: [] for name in order}
+    per_block: list[float] = []
+    for block in range(blocks):
+        built = order[block % len(order):] + order[:block % len(order)]
+        with tempfile.TemporaryDirectory() as tmp:
+            workloads: dict[str, Workload] = {}
+            for name in built:
+                workloads[name], rec = build(Path(tmp), name, running,
+                                             instrumented=name in ("kvobs", "untimed"),
+                                             steps=name != "untimed")
+                if name == "kvobs":
+                    kvobs, kvobs_rec = workloads[name], rec
+            for name in built:
+                workloads[name].steps(warmup)
+            mine: dict[str, list[float]] = {name: [] for name in order}
+            gc.disable()
+            try:
+                for round_no in range(rounds // blocks):
+                    shift = round_no % len(built)
+                    for name in built[shift:] + built[:shift]:
+                        mine[name].append(workloads[name].steps(steps, cpu))
+            finally:
+                gc.enable()
+            per_block.append(statistics.median(
+                (k - p) / steps * 1e6 for k, p in zip(mine["kvobs"], mine["plain"], strict=True)))
+            for name in order:
+                times[name] += mine[name]
+            running_now = len(kvobs.driver.scheduler.running)
+            snap = kvobs_rec.snapshot()
+            rec = kvobs_rec
     ratios = [k / p for k, p in zip(times["kvobs"], times["plain"], strict=True)]
     noise = [c / p for c, p in zip(times["control"], times["plain"], strict=True)]
 
@@ -143,6 +159,7 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int,
         "prefill_cost_source": rec.prefill_cost.source,
         "prefill_steps_timed": rec.prefill_cost._prefill_steps,
         "errors": dict(snap.errors),
+        "added_us_per_block": [round(b, 1) for b in per_block],
     }
 
 
@@ -194,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--running", type=int, default=72, help="requests kept in the engine")
     parser.add_argument("--rounds", type=int, default=40, help="alternating rounds")
     parser.add_argument("--steps", type=int, default=10, help="steps per scheduler per round")
-    parser.add_argument("--warmup", type=int, default=30, help="steps before timing")
+    parser.add_argument("--warmup", type=int, default=1100,
+                        help="steps before timing (default: past step timing's warm-up, "
+                             "256 timed steps at 1 in 4, into its steady 1 in 32)")
+    parser.add_argument("--blocks", type=int, default=3,
+                        help="fresh sets of schedulers, each built in another order")
     parser.add_argument("--scrape-blocks", type=int, default=100_000)
     parser.add_argument("--scrape-repeats", type=int, default=30)
     parser.add_argument("--wall", action="store_true", help="time steps by wall clock")
@@ -202,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     result = {"step": step_overhead(args.running, args.rounds, args.steps, args.warmup,
-                                    cpu=not args.wall),
+                                    cpu=not args.wall, blocks=args.blocks),
               "scrape": scrape_cost(args.scrape_blocks, args.scrape_repeats)}
     if args.json:
         print(json.dumps(result))
@@ -215,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"added per step: {step['added_us_per_step']:.1f} us (without step timing "
           f"{step['added_us_per_step_without_step_timing']:.1f} us; goal <= 10 us at 8 "
           f"running requests, <= 1.01x at 72)")
+    print("added per step in each set of schedulers: "
+          + ", ".join(f"{b:+.1f} us" for b in step["added_us_per_block"]))
     print(f"noise gauge, plain vs plain: {step['control_ratio_median']:.3f}x median, "
           f"{step['control_ratio_total']:.3f}x totals, "
           f"{step['control_added_us_per_step']:+.1f} us per step")

@@ -26,7 +26,6 @@ import json
 import os
 import random
 import socket
-import sys
 import threading
 import time
 import urllib.request
@@ -396,9 +395,10 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # vLLM imports the offloading spec by module name (``cpu_offloading``): this script's
+    # folder is already first on this process's path, and the workers' through PYTHONPATH
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
-    sys.path.insert(0, str(HERE))
     if args.mode == "single":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     args.workdir.mkdir(parents=True, exist_ok=True)
