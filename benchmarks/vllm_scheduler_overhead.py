@@ -18,6 +18,11 @@
    other processes on a shared machine disturb less. The ratio is the median over rounds
    of instrumented / plain step time (goal: <= 10 us added per step at 8 running requests,
    <= 1.01x at 72), with the ratio of totals and the control's ratio beside it.
+   ``--readers`` instead times each adapter reader in place (a ``perf_counter_ns`` shim
+   around every before / after function, less an empty shim's own time) in one
+   instrumented scheduler: microseconds per call and per step, to see where the added
+   time goes. In place a reader costs several times what it does in a warm loop: the
+   engine's step evicts kvobs's objects from the caches between two calls.
 2. Scrape: ``rec.snapshot()`` of a ``BlockPool`` of 100k GPU blocks (the settle walk over
    every block), with the pool half in use and half of its blocks holding prefix hashes,
    state set through vLLM's own calls (goal <= 5 ms).
@@ -163,6 +168,64 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
     }
 
 
+def reader_costs(running: int, steps: int, warmup: int) -> list[tuple[str, float, float]]:
+    """``(reader, calls per step, us per call)`` of every adapter reader, timed in place."""
+    import dataclasses
+
+    from kvobs.adapters.vllm import block_pool, connector, lookups, offloading
+    from kvobs.adapters.vllm import steps as step_timing
+
+    spent: dict[str, list[int]] = {}
+    clock = time.perf_counter_ns
+
+    def shim(name: str, reader: Any) -> Any:
+        if reader is None:
+            return None
+        tally = spent.setdefault(name, [0, 0])
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = clock()
+            try:
+                return reader(*args, **kwargs)
+            finally:
+                tally[0] += clock() - started
+                tally[1] += 1
+
+        return timed
+
+    modules = (block_pool, connector, lookups, offloading, step_timing)
+    saved = [getattr(module, "SPEC") for module in modules]  # noqa: B009
+    try:
+        for module in modules:
+            short = module.__name__.rsplit(".", 1)[-1]
+            spec = saved[modules.index(module)]
+            setattr(module, "SPEC", dataclasses.replace(spec, hooks=tuple(  # noqa: B010
+                dataclasses.replace(hook, before=shim(f"{short}.{hook.method} before", hook.before),
+                                    after=shim(f"{short}.{hook.method} after", hook.after))
+                for hook in spec.hooks)))
+        empty = shim("(empty)", lambda: None)
+        with tempfile.TemporaryDirectory() as tmp:
+            workload, _ = build(Path(tmp), "kvobs", running, instrumented=True)
+            workload.steps(warmup)
+            for tally in spent.values():
+                tally[:] = [0, 0]
+            gc.disable()
+            try:
+                workload.steps(steps)
+                for _ in range(steps * 10):
+                    empty()
+            finally:
+                gc.enable()
+    finally:
+        for module, spec in zip(modules, saved, strict=True):
+            setattr(module, "SPEC", spec)  # noqa: B010
+    empty_ns, empty_calls = spent.pop("(empty)")
+    own = empty_ns / empty_calls
+    return sorted(((name, calls / steps, (ns / calls - own) / 1e3)
+                   for name, (ns, calls) in spent.items() if calls),
+                  key=lambda row: -row[1] * row[2])
+
+
 def scrape_cost(blocks: int, repeats: int) -> dict[str, Any]:
     """Milliseconds per ``rec.snapshot()`` of an instrumented pool of ``blocks`` blocks,
     and per full HTTP scrape of its ``/metrics`` (snapshot, render, transfer)."""
@@ -220,8 +283,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scrape-repeats", type=int, default=30)
     parser.add_argument("--wall", action="store_true", help="time steps by wall clock")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--readers", action="store_true",
+                        help="time each adapter reader in place instead (us per call and step)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.readers:
+        rows = reader_costs(args.running, args.rounds * args.steps, args.warmup)
+        if args.json:
+            print(json.dumps([{"reader": n, "calls_per_step": round(c, 3),
+                               "us_per_call": round(u, 2)} for n, c, u in rows]))
+            return 0
+        for name, calls, us in rows:
+            print(f"{name:44s} {calls:6.2f} calls/step {us:7.2f} us/call {calls * us:7.2f} us/step")
+        print(f"all readers, in place: {sum(c * u for _, c, u in rows):.1f} us per step "
+              f"({args.running} running requests)")
+        return 0
     result = {"step": step_overhead(args.running, args.rounds, args.steps, args.warmup,
                                     cpu=not args.wall, blocks=args.blocks),
               "scrape": scrape_cost(args.scrape_blocks, args.scrape_repeats)}

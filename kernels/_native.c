@@ -20,7 +20,7 @@
  *       ownership of each destination line saves a third of the memory traffic.
  *   memcpy(dst_addr, src_addr, nbytes): plain libc memcpy, the benchmark's baseline.
  *   ReuseCore: the sampled path of kvobs.reuse.ReuseProfile (see its section below).
- *   sample_bits(keys, threshold, mask): the keyed trackers' sampling (kvobs.residency).
+ *   sample_bits(threshold, mask, keys): the keyed trackers' sampling (kvobs.residency).
  *   walk_slots(blocks, hash_member, count_member) -> (hashed, in_use, cached): one pass
  *       over a vLLM BlockPool's blocks (kvobs.adapters.vllm.block_pool.walk), reading two
  *       __slots__ fields by their offsets.
@@ -30,6 +30,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
@@ -791,17 +792,19 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     return self->tuple_hash_ok < 0 ? -1 : 0;
 }
 
-/* sample_bits(keys, threshold, mask) -> [hash((key,)) for key in keys if that & mask <
+/* sample_bits(threshold, mask, keys) -> [hash((key,)) for key in keys if that & mask <
  * threshold]: the keyed trackers' sampling (kvobs.residency), in one call instead of a
  * tuple and a hash per key in Python. Exactly Python's values (signed), so a tracker
- * keys its tables alike with or without the extension. */
+ * keys its tables alike with or without the extension. The keys come last so that a
+ * functools.partial over the two settings is the tracker's sampler, called with no
+ * Python frame. */
 static int sample_hash_ok = -1; /* check_tuple_hash(), once */
 
 static PyObject *sample_bits(PyObject *unused, PyObject *args)
 {
     PyObject *keys;
     unsigned long long threshold, mask;
-    if (!PyArg_ParseTuple(args, "OKK", &keys, &threshold, &mask))
+    if (!PyArg_ParseTuple(args, "KKO", &threshold, &mask, &keys))
         return NULL;
     if (sample_hash_ok < 0 && (sample_hash_ok = check_tuple_hash()) < 0)
         return NULL;
@@ -920,13 +923,16 @@ static PyTypeObject ReuseCoreType = {
 
 /* ---- thrash classification (kvobs.thrash) -----------------------------------------------
  *
- * ThrashCore(max_blocks): the offloaded blocks of one host tier, by key, oldest offload
- * first, at most max_blocks (the oldest forgotten first and counted as untracked).
- *     offloaded(keys, now_ns) -> None: each key's offload time becomes now (its "reused"
- *         mark cleared) and it becomes the newest entry.
- *     onloaded(keys, now_ns, window_ns) -> None: for each tracked key, an onload within
- *         window_ns of its offload counts as in-window; its first onload since the offload
- *         counts it as reused.
+ * ThrashCore(max_blocks, window_ns=10 s): the offloaded blocks of one host tier, by key,
+ * oldest offload first, at most max_blocks (the oldest forgotten first and counted as
+ * untracked).
+ *     offloaded(keys, now_ns=CLOCK_MONOTONIC) -> None: each key's offload time becomes now
+ *         (its "reused" mark cleared) and it becomes the newest entry.
+ *     onloaded(keys, now_ns=CLOCK_MONOTONIC, window_ns=the core's) -> None: for each
+ *         tracked key, an onload within window_ns of its offload counts as in-window; its
+ *         first onload since the offload counts it as reused.
+ * Without now_ns the core reads CLOCK_MONOTONIC itself (time.monotonic_ns's clock), so the
+ * tracker can hand the engine's calls straight to it: no Python frame per event.
  *     evicted(keys) -> None: tracked keys are forgotten; those never onloaded count as
  *         evicted unused.
  *     counts() -> (onloads_in_window, offloaded_reused, offloaded_evicted_unused, tracked,
@@ -953,7 +959,15 @@ typedef struct {
     int32_t head, tail, free;
     KeyTable tbl;         /* key bits -> entry; 2 x entries rows */
     long long in_window, reused, evicted_unused, untracked;
+    long long window_ns;  /* onloaded's default window */
 } ThrashCore;
+
+static inline long long monotonic_ns(void) /* the clock of Python's time.monotonic_ns */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static void thrash_unlink(ThrashCore *self, int32_t e)
 {
@@ -1100,9 +1114,11 @@ static Py_ssize_t thrash_hash_keys(PyObject *keys, uint64_t *stack, uint64_t **o
 static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
 {
     PyObject *keys;
-    long long now;
-    if (!PyArg_ParseTuple(args, "OL", &keys, &now))
+    long long now = -1;
+    if (!PyArg_ParseTuple(args, "O|L", &keys, &now))
         return NULL;
+    if (now < 0)
+        now = monotonic_ns();
     uint64_t stack[THRASH_STACK_KEYS], *bits;
     Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
     if (n < 0)
@@ -1146,9 +1162,13 @@ static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
 static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
 {
     PyObject *keys;
-    long long now, window;
-    if (!PyArg_ParseTuple(args, "OLL", &keys, &now, &window))
+    long long now = -1, window = -1;
+    if (!PyArg_ParseTuple(args, "O|LL", &keys, &now, &window))
         return NULL;
+    if (now < 0)
+        now = monotonic_ns();
+    if (window < 0)
+        window = self->window_ns;
     uint64_t stack[THRASH_STACK_KEYS], *bits;
     Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
     if (n < 0)
@@ -1198,10 +1218,16 @@ static PyObject *thrash_counts(ThrashCore *self, PyObject *unused)
 
 static int thrash_init(ThrashCore *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"max_blocks", NULL};
+    static char *kwlist[] = {"max_blocks", "window_ns", NULL};
     Py_ssize_t max_blocks;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", kwlist, &max_blocks))
+    long long window_ns = 10000000000LL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|L", kwlist, &max_blocks, &window_ns))
         return -1;
+    if (window_ns <= 0) {
+        PyErr_Format(PyExc_ValueError, "window_ns must be > 0, got %lld", window_ns);
+        return -1;
+    }
+    self->window_ns = window_ns;
     if (max_blocks <= 0 || max_blocks > (1 << 30)) {
         PyErr_Format(PyExc_ValueError, "max_blocks must be in 1..2**30, got %zd", max_blocks);
         return -1;
@@ -1222,9 +1248,10 @@ static void thrash_dealloc(ThrashCore *self)
 
 static PyMethodDef thrash_methods[] = {
     {"offloaded", (PyCFunction)thrash_offloaded, METH_VARARGS,
-     "offloaded(keys, now_ns): blocks copied into the host tier at now_ns."},
+     "offloaded(keys, now_ns=CLOCK_MONOTONIC): blocks copied into the host tier at now_ns."},
     {"onloaded", (PyCFunction)thrash_onloaded, METH_VARARGS,
-     "onloaded(keys, now_ns, window_ns): blocks copied back to the GPU at now_ns."},
+     "onloaded(keys, now_ns=CLOCK_MONOTONIC, window_ns=the core's): blocks copied back to "
+     "the GPU at now_ns."},
     {"evicted", (PyCFunction)thrash_evicted, METH_O,
      "evicted(keys): blocks dropped from the host tier."},
     {"counts", (PyCFunction)thrash_counts, METH_NOARGS,
@@ -1380,7 +1407,7 @@ static PyMethodDef methods[] = {
     {"walk_slots", walk_slots, METH_VARARGS,
      "walk_slots(blocks, hash_member, count_member): (hashed, in_use, cached) of a pool."},
     {"sample_bits", sample_bits, METH_VARARGS,
-     "sample_bits(keys, threshold, mask): hash((key,)) of the keys whose low bits sample."},
+     "sample_bits(threshold, mask, keys): hash((key,)) of the keys whose low bits sample."},
     {"cache_full_after", (PyCFunction)(void (*)(void))cache_full_after,
      METH_FASTCALL | METH_KEYWORDS,
      "The vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool), in C."},

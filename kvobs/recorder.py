@@ -115,7 +115,9 @@ class TierRecorder:
         """``n`` free blocks were handed to requests (free -> in use)."""
         self.allocations += n
         if keys is not None and self.residency is not None:
-            self.residency.born(keys)
+            picked = self.residency.sample(keys)  # most events sample none: one C call
+            if picked:
+                self.residency.born_bits(picked)
 
     def free(self, n: int = 1, cached: bool = False) -> None:
         """``n`` blocks were released: kept as cached data if ``cached``, else emptied."""
@@ -131,7 +133,9 @@ class TierRecorder:
             if self.thrash is not None:
                 self.thrash.onloaded(keys)
             if self.residency is not None:
-                self.residency.reused(keys)
+                picked = self.residency.sample(keys)
+                if picked:
+                    self.residency.reused_bits(picked)
 
     def store(self, n: int = 1, keys: Keys = None) -> None:
         """``n`` blocks were written into this tier as cached data (free -> cached)."""
@@ -140,7 +144,9 @@ class TierRecorder:
             if self.thrash is not None:
                 self.thrash.offloaded(keys)
             if self.residency is not None:
-                self.residency.born(keys)
+                picked = self.residency.sample(keys)
+                if picked:
+                    self.residency.born_bits(picked)
 
     def evict(self, n: int = 1, reason: str = "capacity", keys: Keys = None) -> None:
         """``n`` cached blocks were dropped (cached -> free); unknown reasons count as other."""
@@ -148,7 +154,9 @@ class TierRecorder:
             if self.thrash is not None:
                 self.thrash.evicted(keys)
             if self.residency is not None:
-                self.residency.evicted(keys)
+                picked = self.residency.sample(keys)
+                if picked:
+                    self.residency.evicted_bits(picked)
         if reason == "capacity":  # the common case skips the dict
             self.evictions_capacity += n
             return

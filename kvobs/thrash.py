@@ -14,7 +14,8 @@ when the classification covers only part of the offloads. Calls take a batch of 
 (one per transfer), not one block.
 
 The bookkeeping runs in the C extension where it was built (``ThrashCore``: one call per
-batch, about 50 bytes per tracked block, keys told apart by their 64-bit hash); the pure
+batch, about 50 bytes per tracked block, keys told apart by their 64-bit hash; with the
+default clock, which the core reads itself, a tracker's methods are the core's own); the pure
 Python path (an ordered dict, about 150 bytes per block plus the key; keys told apart by
 equality) is the fallback, and tests hold the two to the same counts.
 
@@ -60,10 +61,10 @@ class ThrashTracker:
         if max_blocks <= 0:
             raise ConfigError(f"thrash max_blocks must be > 0, got {max_blocks!r}")
         self.window_ns = int(window_s * 1e9)
-        self.clock_ns = clock_ns  # a simulation passes its virtual clock
         self.max_blocks = max_blocks
         use_native = _Core is not None if native is None else bool(native) and _Core is not None
-        self._core = _Core(max_blocks) if use_native else None
+        self._core = _Core(max_blocks, self.window_ns) if use_native else None
+        self.clock_ns = clock_ns  # a simulation may set its virtual clock later
         # the pure-Python state (unused with the C core): key -> offload time ns * 2 +
         # reused (one int, not a list: a third of the memory); insertion order = offload
         # order.
@@ -75,13 +76,31 @@ class ThrashTracker:
         self.untracked_blocks = 0
 
     @property
+    def clock_ns(self) -> Callable[[], int]:
+        """The clock offloads and onloads are stamped with (a simulation sets its own)."""
+        return self._clock_ns
+
+    @clock_ns.setter
+    def clock_ns(self, clock: Callable[[], int]) -> None:
+        self._clock_ns = clock
+        if self._core is not None and clock is time.monotonic_ns:
+            # The core reads this clock itself: the engine's calls go straight to C, with
+            # no Python frame per event. Any other clock goes through the methods below.
+            self.offloaded = self._core.offloaded  # type: ignore[method-assign]
+            self.onloaded = self._core.onloaded  # type: ignore[method-assign]
+            self.evicted = self._core.evicted  # type: ignore[method-assign]
+        else:
+            for name in ("offloaded", "onloaded", "evicted"):
+                self.__dict__.pop(name, None)
+
+    @property
     def native(self) -> bool:
         """Whether the C core keeps the bookkeeping."""
         return self._core is not None
 
     def offloaded(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were copied from the GPU into the host tier."""
-        now = self.clock_ns()
+        now = self._clock_ns()
         if self._core is not None:
             self._core.offloaded(keys, now)
             return
@@ -97,7 +116,7 @@ class ThrashTracker:
 
     def onloaded(self, keys: Iterable[Hashable]) -> None:
         """Blocks ``keys`` were copied from the host tier back to the GPU."""
-        now = self.clock_ns()
+        now = self._clock_ns()
         if self._core is not None:
             self._core.onloaded(keys, now, self.window_ns)
             return

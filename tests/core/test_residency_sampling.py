@@ -26,7 +26,8 @@ def test_c_sampling_equals_python_for_every_collection(shape) -> None:
     tracker = ResidencyTracker(rate=1 / 16)
     assert residency._sample_bits is not None and residency._pick is residency._sample_bits
     expected = python_sampled(shape(keys), 1 / 16)
-    assert residency._pick(shape(keys), tracker._threshold, 0xFFFF) == expected
+    assert residency._pick(tracker._threshold, 0xFFFF, shape(keys)) == expected
+    assert tracker.sample(shape(keys)) == expected
     assert 0.03 < len(expected) / len(keys) < 0.10  # about 1 in 16
 
 

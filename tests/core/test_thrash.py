@@ -119,3 +119,35 @@ def test_a_simulation_clock_set_after_construction_is_used(native):
     clock.advance(0.5)
     tracker.onloaded(["a"])
     assert tracker.snapshot().onloads_in_window == 1
+
+
+def test_a_virtual_clock_set_later_replaces_the_real_one(native):
+    """Five virtual seconds are out of a one-second window, however little real time
+    passed: the core's own clock must not be used once a simulation set its clock."""
+    tracker = ThrashTracker(window_s=1.0, native=native)
+    clock = Clock()
+    tracker.clock_ns = clock
+    tracker.offloaded(["a"])
+    clock.advance(5.0)
+    tracker.onloaded(["a"])
+    snap = tracker.snapshot()
+    assert (snap.onloads_in_window, snap.offloaded_reused) == (0, 1)
+
+
+@native_only
+def test_with_the_real_clock_the_engine_calls_the_core_directly():
+    """No Python frame per event: the tracker's methods are the C core's, which stamps
+    with CLOCK_MONOTONIC and the tracker's window."""
+    tracker = ThrashTracker(window_s=10.0)
+    assert tracker.offloaded == tracker._core.offloaded
+    tracker.offloaded([b"a"])
+    tracker.onloaded([b"a"])
+    tracker.offloaded([b"b"])
+    tracker.evicted([b"b"])
+    snap = tracker.snapshot()
+    assert (snap.onloads_in_window, snap.offloaded_reused, snap.offloaded_evicted_unused) == \
+        (1, 1, 1)
+    instant = ThrashTracker(window_s=1e-9)  # one nanosecond: no onload is that quick
+    instant.offloaded([b"a"])
+    instant.onloaded([b"a"])
+    assert (instant.snapshot().onloads_in_window, instant.snapshot().offloaded_reused) == (0, 1)

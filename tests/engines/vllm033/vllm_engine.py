@@ -425,7 +425,7 @@ class EngineDriver:
         """Count the GPU blocks that became held since the last look, from vLLM's own
         per-request block tables (a block taken and released between two looks, within
         one ``schedule()``, is missed: tests that preempt do not use this figure)."""
-        held = set()
+        held: set[tuple[int, int]] = set()
         managers = self.scheduler.kv_cache_manager.coordinator.single_type_managers
         for group, manager in enumerate(managers):
             for blocks in manager.req_to_blocks.values():
