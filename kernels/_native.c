@@ -1278,15 +1278,22 @@ static PyTypeObject ThrashCoreType = {
  *     What block_pool._python_cache_full_after does, in one C call (it runs for every
  *     block a request fills): inst.hashes_gained += blocks of the window
  *     blocks[num_cached_blocks:num_full_blocks] holding a hash, minus `before` (those that
- *     held one before the call; None: none); then, when inst.written and the group is 0,
- *     rec.written(request.block_hashes[lo:end]) for the hashes beyond the prompt
- *     (lo = max(num_cached_blocks * per, num_prompt_tokens // inst.hash_size), end =
- *     num_full_blocks * per, per = block_size // inst.hash_size or 1). Arguments may also
- *     come by keyword (the wrappers of engines whose signature is not plain).
+ *     held one before the call; None: none); then, when inst.written_to (the recorder's
+ *     written_pending list) is not None and the group is 0, the hashes beyond the prompt,
+ *     request.block_hashes[lo:end] (lo = max(num_cached_blocks * per, num_prompt_tokens //
+ *     inst.hash_size), end = num_full_blocks * per, per = block_size // inst.hash_size or
+ *     1), are appended to that list, or handed to inst.rec.written() where they would take
+ *     it past WRITTEN_MAX (kvobs.recorder.WRITTEN_MAX: the recorder then flushes). Arguments
+ *     may also come by keyword (the wrappers of engines whose signature is not plain).
  */
 
-static PyObject *s_block_hash, *s_hashes_gained, *s_written, *s_hash_size, *s_rec,
-    *s_num_prompt_tokens, *s_block_hashes;
+#define WRITTEN_MAX 4096
+
+static PyObject *s_block_hash, *s_hashes_gained, *s_written, *s_written_to, *s_hash_size,
+    *s_rec, *s_num_prompt_tokens, *s_block_hashes;
+
+static PyObject *cache_full_written(PyObject *inst, PyObject *request, Py_ssize_t cached,
+                                    Py_ssize_t full, Py_ssize_t block_size);
 
 static int attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
 {
@@ -1361,15 +1368,45 @@ static PyObject *cache_full_after(PyObject *unused, PyObject *const *args, Py_ss
         return NULL;
     }
     Py_DECREF(sum);
-    PyObject *written = PyObject_GetAttr(inst, s_written);
-    if (written == NULL)
-        return NULL;
-    int report = PyObject_IsTrue(written);
-    Py_DECREF(written);
-    if (report < 0)
-        return NULL;
-    if (!report || group != 0)
+    if (group != 0)
         Py_RETURN_NONE;
+    PyObject *pending = PyObject_GetAttr(inst, s_written_to);
+    if (pending == NULL)
+        return NULL;
+    if (pending == Py_None) {
+        Py_DECREF(pending);
+        Py_RETURN_NONE;
+    }
+    PyObject *keys = cache_full_written(inst, request, cached, full, block_size);
+    if (keys == NULL || keys == Py_None) {
+        Py_DECREF(pending);
+        return keys;
+    }
+    /* Into the recorder's list in place while it stays under WRITTEN_MAX; else through
+     * rec.written(), which flushes (kvobs.recorder.Recorder.written). */
+    int rc;
+    Py_ssize_t held = PyList_CheckExact(pending) ? PyList_GET_SIZE(pending) : -1;
+    if (held >= 0 && held + PyList_GET_SIZE(keys) <= WRITTEN_MAX) {
+        rc = PyList_SetSlice(pending, held, held, keys);
+    } else {
+        PyObject *rec = PyObject_GetAttr(inst, s_rec);
+        PyObject *out = rec ? PyObject_CallMethodOneArg(rec, s_written, keys) : NULL;
+        Py_XDECREF(rec);
+        rc = out == NULL ? -1 : 0;
+        Py_XDECREF(out);
+    }
+    Py_DECREF(pending);
+    Py_DECREF(keys);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The decode-written block hashes a cache_full_blocks window reports, as a list (None:
+ * none; NULL: an error set). */
+static PyObject *cache_full_written(PyObject *inst, PyObject *request, Py_ssize_t cached,
+                                    Py_ssize_t full, Py_ssize_t block_size)
+{
     Py_ssize_t hash_size, prompt;
     if (attr_ssize(inst, s_hash_size, &hash_size) < 0 ||
         attr_ssize(request, s_num_prompt_tokens, &prompt) < 0)
@@ -1386,16 +1423,11 @@ static PyObject *cache_full_after(PyObject *unused, PyObject *const *args, Py_ss
         return NULL;
     PyObject *keys = PySequence_GetSlice(hashes, lo, stop);
     Py_DECREF(hashes);
-    if (keys == NULL)
-        return NULL;
-    PyObject *rec = PyObject_GetAttr(inst, s_rec);
-    PyObject *out = rec ? PyObject_CallMethodOneArg(rec, s_written, keys) : NULL;
-    Py_XDECREF(rec);
+    if (keys == NULL || PyList_CheckExact(keys))
+        return keys;
+    PyObject *list = PySequence_List(keys); /* a tuple or another sequence's slice */
     Py_DECREF(keys);
-    if (out == NULL)
-        return NULL;
-    Py_DECREF(out);
-    Py_RETURN_NONE;
+    return list;
 }
 
 static PyMethodDef methods[] = {
@@ -1429,6 +1461,7 @@ PyMODINIT_FUNC PyInit__native(void)
     if (!(s_block_hash = PyUnicode_InternFromString("_block_hash")) ||
         !(s_hashes_gained = PyUnicode_InternFromString("hashes_gained")) ||
         !(s_written = PyUnicode_InternFromString("written")) ||
+        !(s_written_to = PyUnicode_InternFromString("written_to")) ||
         !(s_hash_size = PyUnicode_InternFromString("hash_size")) ||
         !(s_rec = PyUnicode_InternFromString("rec")) ||
         !(s_num_prompt_tokens = PyUnicode_InternFromString("num_prompt_tokens")) ||

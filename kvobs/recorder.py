@@ -58,6 +58,10 @@ ResidentSource = Callable[[], tuple[int, int]]
 #: Series an adapter exports beyond tiers and links: ``{metric: [(labels, value)]}``.
 SeriesSource = Callable[[], Mapping[str, list[tuple[dict[str, str], float]]]]
 
+#: Most written blocks waiting for the next keyed lookup (:meth:`Recorder.written`); the C
+#: ``cache_full_blocks`` reader (``kvobs.kernels._native``) has the same bound.
+WRITTEN_MAX = 4096
+
 _log = get_logger("kvobs")
 
 
@@ -373,7 +377,9 @@ class Recorder:
         self.profile_reuse = profile_reuse
         self.reuse: ReuseProfile | None = None
         self.trace: TraceWriter | None = None
-        self._written: list[Hashable] = []  # blocks written since the last keyed lookup
+        #: blocks written since the last keyed lookup, in order (one list for the
+        #: recorder's life: a flush empties it in place, so a hot reader may hold it)
+        self.written_pending: list[Hashable] = []
         self._errors: dict[str, int] = {}
         self._error_log_limit = RateLimit(60.0)
         #: The duration / residency samples as histograms; drained at collection only.
@@ -479,7 +485,7 @@ class Recorder:
             profile = self.reuse
             if profile is None and self.profile_reuse:
                 profile = self.start_reuse_profile()
-            if self._written:  # the blocks written since, then this prompt: engine order
+            if self.written_pending:  # the blocks written since, then this prompt: engine order
                 self._flush_written(profile)
             if profile is not None:
                 profile.record(keys, True)
@@ -492,10 +498,12 @@ class Recorder:
         without counting them (:meth:`kvobs.reuse.ReuseProfile.write`), and the trace, if
         one is open, records them as ``written``. Kept in order and handed over at the
         next keyed lookup (they change no count before one): one list extend here, and
-        at most 4,096 waiting (an engine without keyed lookups keeps no more)."""
-        pending = self._written
+        at most :data:`WRITTEN_MAX` waiting (an engine without keyed lookups keeps no
+        more). A reader in C may extend :attr:`written_pending` itself while the keys fit
+        under that bound, and calls this method when they would not."""
+        pending = self.written_pending
         pending.extend(keys)
-        if len(pending) > 4096:
+        if len(pending) > WRITTEN_MAX:
             profile = self.reuse
             if profile is None and self.profile_reuse:
                 profile = self.start_reuse_profile()
@@ -503,7 +511,9 @@ class Recorder:
 
     def _flush_written(self, profile: ReuseProfile | None) -> None:
         """Hand the written blocks waiting to ``profile`` (and the trace)."""
-        keys, self._written = self._written, []
+        pending = self.written_pending
+        keys = pending[:]
+        pending.clear()
         if profile is not None:
             profile.record(keys, False)
         if self.trace is not None:

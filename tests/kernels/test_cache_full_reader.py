@@ -16,6 +16,7 @@ import pytest
 
 from kvobs.adapters.vllm import block_pool
 from kvobs.kernels._ext import native
+from kvobs.recorder import WRITTEN_MAX, Recorder
 
 pytestmark = pytest.mark.skipif(getattr(native, "cache_full_after", None) is None,
                                 reason="the C extension is not built here")
@@ -29,18 +30,12 @@ class Block:
         self.ref_cnt = 1
 
 
-class WrittenSpy:
-    def __init__(self) -> None:
-        self.calls: list[list[bytes]] = []
-
-    def written(self, keys) -> None:
-        self.calls.append(list(keys))
-
-
 def state(rnd: random.Random, written: bool):
     hash_size = rnd.choice([16, 32])
-    inst = SimpleNamespace(hashes_gained=rnd.randrange(100), written=written,
-                           hash_size=hash_size, rec=WrittenSpy())
+    rec = Recorder()
+    rec.written_pending.extend(f"w{i}".encode() for i in range(rnd.choice([0, 5, 4090])))
+    inst = SimpleNamespace(hashes_gained=rnd.randrange(100), hash_size=hash_size, rec=rec,
+                           written_to=rec.written_pending if written else None)
     blocks = [Block(rnd.random() < 0.7) for _ in range(rnd.randrange(0, 12))]
     request = SimpleNamespace(num_prompt_tokens=rnd.randrange(0, 400),
                               block_hashes=[f"k{i}".encode() for i in range(rnd.randrange(40))])
@@ -69,11 +64,29 @@ def test_the_c_reader_counts_and_reports_what_the_python_reader_does(seed):
                        None)
         (c_inst, _, _), (py_inst, _, _) = pair
         assert c_inst.hashes_gained == py_inst.hashes_gained
-        assert c_inst.rec.calls == py_inst.rec.calls
+        assert c_inst.rec.written_pending == py_inst.rec.written_pending
+        assert c_inst.rec.snapshot().reuse == py_inst.rec.snapshot().reuse  # flushed alike
+
+
+def test_past_the_bound_the_c_reader_hands_the_keys_to_the_recorder_which_flushes():
+    """The C reader appends in place only under ``WRITTEN_MAX``; past it, the recorder's
+    own ``written`` flushes the waiting blocks into the profile, as the Python reader's
+    call does."""
+    rec = Recorder(profile_reuse=True)
+    rec.add_tier("gpu", 1000, 16, 0)  # the profile tracks every block at this size
+    rec.written_pending.extend(range(WRITTEN_MAX - 1))
+    inst = SimpleNamespace(hashes_gained=0, hash_size=16, rec=rec, written_to=rec.written_pending)
+    request = SimpleNamespace(num_prompt_tokens=0, block_hashes=[b"a", b"b", b"c"])
+    native.cache_full_after(inst, None, None, request, [Block(True)] * 3, 0, 1, 16, 0)
+    assert rec.written_pending == [*range(WRITTEN_MAX - 1), b"a"]  # in place: it fits
+    native.cache_full_after(inst, None, None, request, [Block(True)] * 3, 1, 3, 16, 0)
+    assert rec.written_pending == []  # 4,098 would wait: flushed
+    assert rec.reuse is not None and rec.reuse.tracked == WRITTEN_MAX + 2
 
 
 def test_the_c_reader_raises_where_the_python_reader_raises():
-    inst = SimpleNamespace(hashes_gained=0, written=True, hash_size=16, rec=WrittenSpy())
+    rec = Recorder()
+    inst = SimpleNamespace(hashes_gained=0, hash_size=16, rec=rec, written_to=rec.written_pending)
     request = SimpleNamespace(block_hashes=[b"a"])  # no num_prompt_tokens
     for reader in (native.cache_full_after, block_pool.python_cache_full_after):
         with pytest.raises(AttributeError, match="num_prompt_tokens"):

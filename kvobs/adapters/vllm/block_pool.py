@@ -64,8 +64,9 @@ class BlockPoolInstrumentation(Instrumentation):
         self.reset_pending = 0
         #: a partial block was hashed (``cache_full_blocks`` may then promote hashed blocks)
         self.partial_seen = False
-        #: report blocks cached during decode to the reuse profile (``rec.written``)
-        self.written = rec.profile_reuse
+        #: where blocks cached during decode wait for the reuse profile (``rec.written``),
+        #: or None: not reported
+        self.written_to = rec.written_pending if rec.profile_reuse else None
         self.hash_size = int(getattr(pool, "hash_block_size", 1) or 1)
         self._settle_lock = threading.Lock()
 
@@ -221,7 +222,7 @@ def python_cache_full_after(inst: BlockPoolInstrumentation, before: int | None, 
         if blocks[i]._block_hash is not None:
             n += 1
     inst.hashes_gained += n
-    if inst.written and not kv_cache_group_id:
+    if inst.written_to is not None and not kv_cache_group_id:
         # Blocks cached beyond the prompt: an answer written during decode, reported to
         # the reuse profile as the request's own block hashes (the lookup's keys).
         hash_size = inst.hash_size

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from kvobs.adapters.vllm import instrument_scheduler
+from kvobs.adapters.vllm.block_pool import BlockPoolInstrumentation
 from kvobs.recorder import Recorder
 from tests.engines.held_blocks import Media
 from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
@@ -72,13 +73,18 @@ def chat(driver: EngineDriver, held: Held, *, chats: int, requests: int, seed: i
         histories[c] += list(request.output_token_ids)  # the answer vLLM generated
 
 
-def run(tmp_path: Path, rec: Recorder) -> tuple[float, float, float]:
-    """``(vLLM's measured hit ratio, predicted hit ratio in tokens, effective size)``."""
+def run(tmp_path: Path, rec: Recorder, written: bool = True) -> tuple[float, float, float]:
+    """``(vLLM's measured hit ratio, predicted hit ratio in tokens, effective size)``;
+    ``written=False`` is the mutant whose pool reports no decode-written blocks."""
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=GPU_BLOCKS,
                                           cpu_bytes=HOST_CHUNKS * CHUNK_BYTES),
                           transfer_delay=1)
     inst = instrument_scheduler(driver.scheduler, rec)
     assert inst.active
+    if not written:
+        pool = next(part for part in inst.parts if part.component == "vllm.block_pool")
+        assert isinstance(pool, BlockPoolInstrumentation)
+        pool.written_to = None  # what the C and Python readers both read
     held = Held(driver)
     chat(driver, held, chats=12, requests=REQUESTS, seed=1)
     inst.unwrap()
@@ -110,6 +116,5 @@ def test_profile_predicts_vllms_own_hit_rate_at_the_engines_size(tmp_path: Path)
 def test_lookups_alone_miss_the_answers_vllm_hits(tmp_path: Path) -> None:
     """The mutant: no blocks reported as written (the answers look cold next turn)."""
     rec = Recorder(engine="vllm", model="test")
-    rec.written = lambda keys: None  # type: ignore[method-assign]
-    measured, predicted, _ = run(tmp_path, rec)
+    measured, predicted, _ = run(tmp_path, rec, written=False)
     assert measured - predicted > 0.03
