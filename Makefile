@@ -51,6 +51,9 @@ bench: deps
 	$(BIN)/python benchmarks/recorder_overhead.py
 	$(BIN)/python benchmarks/swap_bandwidth.py
 	.venv-vllm/bin/python benchmarks/vllm_overhead.py
+	.venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --running 8 --rounds 600
+	.venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --running 72 --rounds 300
+	$(BIN)/python -m benchmarks.reuse_accuracy
 
 # Each event the vLLM adapters record, doubled and dropped, must fail an engine test
 # (about 25 min; run before a submission that touches kvobs/adapters/vllm).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.request
 
 import kvobs
+from kvobs.recorder import WRITTEN_MAX
 from kvobs.reuse import ReuseProfile
 
 
@@ -46,7 +47,7 @@ def test_written_blocks_wait_in_order_and_bounded() -> None:
     rec = kvobs.Recorder(engine="test", model="m", profile_reuse=False)
     for start in range(0, 100_000, 10):
         rec.written(list(range(start, start + 10)))
-    assert len(rec._written) <= 4096 + 10  # no keyed lookup ever comes: nothing piles up
+    assert len(rec.written_pending) <= WRITTEN_MAX  # no keyed lookup ever comes: nothing piles up
     rec = kvobs.Recorder(engine="test", model="m")
     rec.add_tier("gpu", 100, 16, 1024)
     rec.written(["answer"])
