@@ -91,7 +91,8 @@ def host_pool_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot,
     make the onload time unknown, never 0 s.
     """
     source = cur.benefit.prefill_cost_source
-    window = f"{elapsed_s / 60:.0f} min" if elapsed_s >= 120 else f"{elapsed_s:.0f} s"
+    window = (f"{elapsed_s / 60:.0f} min" if elapsed_s >= 120 else
+              f"{elapsed_s:.0f} s" if elapsed_s >= 10 else f"{elapsed_s:.3g} s")  # 0.05 s
     saved = cur.benefit.host_saved_s - prev.benefit.host_saved_s
     untimed = ("host pool: onload time unknown (the engine does not time its onloads); "
                + ("prefill cost unknown" if source == "none" else

@@ -134,6 +134,20 @@ def test_the_summary_says_unknown_for_onloads_the_engine_does_not_time():
     assert summary_fields(before, Recorder().snapshot(), 60.0)["host_pool"] == "no host pool"
 
 
+def test_a_short_closing_window_is_said_as_it_is():
+    """The summary a stopping engine logs covers what is left since the last one: 0.05 s
+    is 0.05 s, not "the last 0 s"."""
+    rec = Recorder()
+    rec.add_tier("host", 8, 16, 1024)
+    rec.prefill_cost.set(0.01)
+    before = rec.snapshot()
+    rec.link("host", "gpu").transfer(1, 0, 0.001)
+    said = {elapsed: summary_fields(before, rec.snapshot(), elapsed)["host_pool"]
+            for elapsed in (0.05, 4.98, 60.0, 600.0)}
+    assert [text.split("in the last ")[1].split(" (")[0] for text in said.values()] == [
+        "0.05 s", "4.98 s", "60 s", "10 min"]
+
+
 def test_residency_and_reuse_gaps_are_sampled_on_the_virtual_clock(served):
     with capture_telemetry(served) as telemetry:
         series = telemetry.collect()
