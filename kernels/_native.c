@@ -1114,10 +1114,10 @@ static Py_ssize_t thrash_hash_keys(PyObject *keys, uint64_t *stack, uint64_t **o
 static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
 {
     PyObject *keys;
-    long long now = -1;
+    long long now = 0;
     if (!PyArg_ParseTuple(args, "O|L", &keys, &now))
         return NULL;
-    if (now < 0)
+    if (PyTuple_GET_SIZE(args) < 2) /* no time given (a simulation's may be negative) */
         now = monotonic_ns();
     uint64_t stack[THRASH_STACK_KEYS], *bits;
     Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
@@ -1162,13 +1162,11 @@ static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
 static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
 {
     PyObject *keys;
-    long long now = -1, window = -1;
+    long long now = 0, window = self->window_ns;
     if (!PyArg_ParseTuple(args, "O|LL", &keys, &now, &window))
         return NULL;
-    if (now < 0)
+    if (PyTuple_GET_SIZE(args) < 2) /* no time given (a simulation's may be negative) */
         now = monotonic_ns();
-    if (window < 0)
-        window = self->window_ns;
     uint64_t stack[THRASH_STACK_KEYS], *bits;
     Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
     if (n < 0)

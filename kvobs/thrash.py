@@ -64,6 +64,8 @@ class ThrashTracker:
         self.max_blocks = max_blocks
         use_native = _Core is not None if native is None else bool(native) and _Core is not None
         self._core = _Core(max_blocks, self.window_ns) if use_native else None
+        if self._core is not None:  # no clock involved: the engine's calls go straight to C
+            self.evicted = self._core.evicted  # type: ignore[method-assign]
         self.clock_ns = clock_ns  # a simulation may set its virtual clock later
         # the pure-Python state (unused with the C core): key -> offload time ns * 2 +
         # reused (one int, not a list: a third of the memory); insertion order = offload
@@ -88,9 +90,8 @@ class ThrashTracker:
             # no Python frame per event. Any other clock goes through the methods below.
             self.offloaded = self._core.offloaded  # type: ignore[method-assign]
             self.onloaded = self._core.onloaded  # type: ignore[method-assign]
-            self.evicted = self._core.evicted  # type: ignore[method-assign]
         else:
-            for name in ("offloaded", "onloaded", "evicted"):
+            for name in ("offloaded", "onloaded"):
                 self.__dict__.pop(name, None)
 
     @property
@@ -133,10 +134,8 @@ class ThrashTracker:
                     self.offloaded_reused += 1
 
     def evicted(self, keys: Iterable[Hashable]) -> None:
-        """Blocks ``keys`` were dropped from the host tier."""
-        if self._core is not None:
-            self._core.evicted(keys)
-            return
+        """Blocks ``keys`` were dropped from the host tier (with the C core, the core's own
+        method stands in for this one)."""
         with self._lock:
             for key in keys:
                 entry = self._blocks.pop(key, None)

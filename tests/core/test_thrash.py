@@ -127,6 +127,20 @@ def test_a_simulation_clock_set_after_construction_is_used(native):
     assert (snap.onloads_in_window, snap.offloaded_reused) == (1, 2)
 
 
+def test_a_virtual_clock_before_zero_is_honoured(native):
+    """A simulation's times may be negative: they are times all the same, never a sign to
+    read the real clock."""
+    tracker = ThrashTracker(window_s=1.0, native=native)
+    clock = Clock()
+    clock.now_ns = -10 * 10**9
+    tracker.clock_ns = clock
+    tracker.offloaded(["a"])
+    clock.advance(5.0)
+    tracker.onloaded(["a"])  # 5 virtual seconds later: out of the window
+    snap = tracker.snapshot()
+    assert (snap.onloads_in_window, snap.offloaded_reused) == (0, 1)
+
+
 @native_only
 def test_with_the_real_clock_the_engine_calls_the_core_directly():
     """No Python frame per event: the tracker's methods are the C core's, which stamps
