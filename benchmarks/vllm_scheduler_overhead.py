@@ -115,11 +115,11 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
         with tempfile.TemporaryDirectory() as tmp:
             workloads: dict[str, Workload] = {}
             for name in built:
-                workloads[name], rec = build(Path(tmp), name, running,
-                                             instrumented=name in ("kvobs", "untimed"),
-                                             steps=name != "untimed")
+                workloads[name], recorder = build(Path(tmp), name, running,
+                                                  instrumented=name in ("kvobs", "untimed"),
+                                                  steps=name != "untimed")
                 if name == "kvobs":
-                    kvobs, kvobs_rec = workloads[name], rec
+                    rec = recorder
             for name in built:
                 workloads[name].steps(warmup)
             mine: dict[str, list[float]] = {name: [] for name in order}
@@ -135,9 +135,8 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
                 (k - p) / steps * 1e6 for k, p in zip(mine["kvobs"], mine["plain"], strict=True)))
             for name in order:
                 times[name] += mine[name]
-            running_now = len(kvobs.driver.scheduler.running)
-            snap = kvobs_rec.snapshot()
-            rec = kvobs_rec
+            running_now = len(workloads["kvobs"].driver.scheduler.running)
+            snap = rec.snapshot()
     ratios = [k / p for k, p in zip(times["kvobs"], times["plain"], strict=True)]
     noise = [c / p for c, p in zip(times["control"], times["plain"], strict=True)]
 
@@ -193,16 +192,20 @@ def reader_costs(running: int, steps: int, warmup: int) -> list[tuple[str, float
 
         return timed
 
-    modules = (block_pool, connector, lookups, offloading, step_timing)
-    saved = [getattr(module, "SPEC") for module in modules]  # noqa: B009
+    def timed_hook(module: Any, hook: Any) -> Any:
+        short = module.__name__.rsplit(".", 1)[-1]
+        return dataclasses.replace(hook, before=shim(f"{short}.{hook.method} before", hook.before),
+                                   after=shim(f"{short}.{hook.method} after", hook.after))
+
+    # every hook table the adapters install from, the pool's promoting variant included
+    tables = [(module, "SPEC") for module in (block_pool, connector, lookups, offloading,
+                                              step_timing)] + [(block_pool, "CACHE_FULL_PROMOTING")]
+    saved = [getattr(module, name) for module, name in tables]
     try:
-        for module in modules:
-            short = module.__name__.rsplit(".", 1)[-1]
-            spec = saved[modules.index(module)]
-            setattr(module, "SPEC", dataclasses.replace(spec, hooks=tuple(  # noqa: B010
-                dataclasses.replace(hook, before=shim(f"{short}.{hook.method} before", hook.before),
-                                    after=shim(f"{short}.{hook.method} after", hook.after))
-                for hook in spec.hooks)))
+        for (module, name), table in zip(tables, saved, strict=True):
+            setattr(module, name, timed_hook(module, table) if name != "SPEC" else
+                    dataclasses.replace(table, hooks=tuple(timed_hook(module, hook)
+                                                           for hook in table.hooks)))
         empty = shim("(empty)", lambda: None)
         with tempfile.TemporaryDirectory() as tmp:
             workload, _ = build(Path(tmp), "kvobs", running, instrumented=True)
@@ -217,8 +220,8 @@ def reader_costs(running: int, steps: int, warmup: int) -> list[tuple[str, float
             finally:
                 gc.enable()
     finally:
-        for module, spec in zip(modules, saved, strict=True):
-            setattr(module, "SPEC", spec)  # noqa: B010
+        for (module, name), table in zip(tables, saved, strict=True):
+            setattr(module, name, table)
     empty_ns, empty_calls = spent.pop("(empty)")
     own = empty_ns / empty_calls
     return sorted(((name, calls / steps, (ns / calls - own) / 1e3)
