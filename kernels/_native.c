@@ -21,6 +21,8 @@
  *   memcpy(dst_addr, src_addr, nbytes): plain libc memcpy, the benchmark's baseline.
  *   ReuseCore: the sampled path of kvobs.reuse.ReuseProfile (see its section below).
  *   sample_bits(threshold, mask, keys): the keyed trackers' sampling (kvobs.residency).
+ *   ThrashCore, ResidencyCore: per-key bookkeeping of kvobs.thrash and kvobs.residency, one
+ *       C call per keyed event (see their sections below).
  *   walk_slots(blocks, hash_member, count_member) -> (hashed, in_use, cached): one pass
  *       over a vLLM BlockPool's blocks (kvobs.adapters.vllm.block_pool.walk), reading two
  *       __slots__ fields by their offsets.
@@ -921,6 +923,203 @@ static PyTypeObject ReuseCoreType = {
     .tp_methods = reuse_methods,
 };
 
+/* ---- KeyLru: bounded per-key state in recency order (the thrash and residency cores) ----
+ *
+ * Entries of `width` int64 values each, found by a key's 64-bit hash through a KeyTable and
+ * kept in a doubly linked list (oldest first) with a free list. The arrays start at
+ * LRU_INITIAL entries and double up to `max` entries; past that, the oldest entry makes
+ * room for a new key. No Python object is held: a core that changes its list without
+ * running Python code is atomic under the GIL and needs no lock of its own.
+ */
+
+#define LRU_INITIAL 4096
+#define LRU_NIL (-1)
+
+typedef struct {
+    Py_ssize_t max, entries, count;
+    int width;            /* int64 values per entry */
+    uint64_t *key;        /* entries */
+    int64_t *data;        /* entries x width */
+    int32_t *prev, *next; /* entries: the recency list; next doubles as the free list */
+    int32_t head, tail, free;
+    KeyTable tbl;         /* key bits -> entry; 2 x entries rows or more */
+} KeyLru;
+
+static void lru_unlink(KeyLru *l, int32_t e)
+{
+    int32_t p = l->prev[e], n = l->next[e];
+    if (p == LRU_NIL)
+        l->head = n;
+    else
+        l->next[p] = n;
+    if (n == LRU_NIL)
+        l->tail = p;
+    else
+        l->prev[n] = p;
+}
+
+static void lru_append(KeyLru *l, int32_t e)
+{
+    l->prev[e] = l->tail;
+    l->next[e] = LRU_NIL;
+    if (l->tail == LRU_NIL)
+        l->head = e;
+    else
+        l->next[l->tail] = e;
+    l->tail = e;
+}
+
+/* Forget entry e (its table row at `row`). */
+static void lru_drop(KeyLru *l, int32_t e, Py_ssize_t row)
+{
+    lru_unlink(l, e);
+    ktab_delete(&l->tbl, row);
+    l->next[e] = l->free;
+    l->free = e;
+    l->count--;
+}
+
+static void lru_free_arrays(KeyLru *l)
+{
+    PyMem_Free(l->key);
+    PyMem_Free(l->data);
+    PyMem_Free(l->prev);
+    PyMem_Free(l->next);
+    PyMem_Free(l->tbl.key);
+    PyMem_Free(l->tbl.val);
+    l->key = NULL;
+    l->data = NULL;
+    l->prev = l->next = NULL;
+    l->tbl.key = NULL;
+    l->tbl.val = NULL;
+}
+
+/* Size the arrays for `entries` keys, keeping the tracked ones in order; -1 on no memory
+ * (the old arrays are kept). */
+static int lru_resize(KeyLru *l, Py_ssize_t entries)
+{
+    Py_ssize_t cap = 1;
+    int bits = 0;
+    while (cap < 2 * entries) {
+        cap <<= 1;
+        bits++;
+    }
+    size_t w = (size_t)l->width;
+    uint64_t *key = PyMem_Malloc(sizeof(uint64_t) * (size_t)entries);
+    int64_t *data = PyMem_Malloc(sizeof(int64_t) * w * (size_t)entries);
+    int32_t *prev = PyMem_Malloc(sizeof(int32_t) * (size_t)entries);
+    int32_t *next = PyMem_Malloc(sizeof(int32_t) * (size_t)entries);
+    uint64_t *tbl_key = PyMem_Malloc(sizeof(uint64_t) * (size_t)cap);
+    int32_t *tbl_entry = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
+    if (!key || !data || !prev || !next || !tbl_key || !tbl_entry) {
+        PyMem_Free(key);
+        PyMem_Free(data);
+        PyMem_Free(prev);
+        PyMem_Free(next);
+        PyMem_Free(tbl_key);
+        PyMem_Free(tbl_entry);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(tbl_entry, 0xff, sizeof(int32_t) * (size_t)cap);
+    Py_ssize_t n = 0;
+    for (int32_t e = l->head; e != LRU_NIL; e = l->next[e], n++) {
+        key[n] = l->key[e];
+        memcpy(data + w * (size_t)n, l->data + w * (size_t)e, sizeof(int64_t) * w);
+        prev[n] = (int32_t)(n - 1);
+        next[n] = (int32_t)(n + 1);
+    }
+    lru_free_arrays(l);
+    l->key = key;
+    l->data = data;
+    l->prev = prev;
+    l->next = next;
+    l->tbl.key = tbl_key;
+    l->tbl.val = tbl_entry;
+    l->entries = entries;
+    l->tbl.mask = cap - 1;
+    l->tbl.shift = 64 - bits;
+    l->head = n ? 0 : LRU_NIL;
+    l->tail = n ? (int32_t)(n - 1) : LRU_NIL;
+    if (n)
+        next[n - 1] = LRU_NIL;
+    l->free = LRU_NIL;
+    for (Py_ssize_t e = entries - 1; e >= n; e--) {
+        next[e] = l->free;
+        l->free = (int32_t)e;
+    }
+    for (Py_ssize_t e = 0; e < n; e++) {
+        Py_ssize_t row = ktab_find(&l->tbl, key[e]);
+        tbl_key[row] = key[e];
+        tbl_entry[row] = (int32_t)e;
+    }
+    return 0;
+}
+
+/* An empty list of at most `max` keys; -1 with an exception set. */
+static int lru_init(KeyLru *l, Py_ssize_t max, int width, const char *what)
+{
+    if (max <= 0 || max > (1 << 30)) {
+        PyErr_Format(PyExc_ValueError, "%s must be in 1..2**30, got %zd", what, max);
+        return -1;
+    }
+    lru_free_arrays(l);
+    l->max = max;
+    l->width = width;
+    l->count = 0;
+    l->head = l->tail = LRU_NIL;
+    return lru_resize(l, max < LRU_INITIAL ? max : LRU_INITIAL);
+}
+
+/* The entry of `bits`, or -1; *row gets its table row (or where it would go). */
+static inline int32_t lru_find(const KeyLru *l, uint64_t bits, Py_ssize_t *row)
+{
+    *row = ktab_find(&l->tbl, bits);
+    return l->tbl.val[*row];
+}
+
+/* The entry of `bits` made the newest: found, or added (its data left for the caller to
+ * set). Adding grows the arrays while under `max`, else forgets the oldest entry and
+ * adds one to *forgotten. */
+static int32_t lru_touch(KeyLru *l, uint64_t bits, long long *forgotten)
+{
+    Py_ssize_t row;
+    int32_t e = lru_find(l, bits, &row);
+    if (e >= 0) {
+        lru_unlink(l, e);
+        lru_append(l, e);
+        return e;
+    }
+    if (l->count == l->entries && l->entries < l->max) {
+        Py_ssize_t grown = l->entries * 2 > l->max ? l->max : l->entries * 2;
+        if (lru_resize(l, grown) == 0)
+            row = ktab_find(&l->tbl, bits);
+        else
+            PyErr_Clear(); /* no memory to grow: forget the oldest instead */
+    }
+    if (l->count == l->entries) {
+        int32_t old = l->head;
+        lru_drop(l, old, ktab_find(&l->tbl, l->key[old]));
+        (*forgotten)++;
+        row = ktab_find(&l->tbl, bits);
+    }
+    e = l->free;
+    l->free = l->next[e];
+    l->key[e] = bits;
+    l->tbl.key[row] = bits;
+    l->tbl.val[row] = e;
+    l->count++;
+    lru_append(l, e);
+    return e;
+}
+
+static inline long long monotonic_ns(void) /* the clock of Python's time.monotonic_ns */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 /* ---- thrash classification (kvobs.thrash) -----------------------------------------------
  *
  * ThrashCore(max_blocks, window_ns=10 s): the offloaded blocks of one host tier, by key,
@@ -940,144 +1139,16 @@ static PyTypeObject ReuseCoreType = {
  *
  * A key is told apart by its 64-bit hash (bytes digests and ints below 2**61 never collide;
  * two keys of equal hash are one block here). Every call hashes its keys first, then
- * changes the table without running Python code: a call is atomic under the GIL, so the
- * tracker needs no lock of its own. State: entries in a doubly linked list (offload order)
- * with a free list, found through an open-addressing table (linear probing, backward-shift
- * delete); the arrays start at THRASH_INITIAL entries and double up to max_blocks, about
- * 50 bytes per tracked block (the Python tracker: about 150 plus the key).
+ * changes its KeyLru (offload order; one int64 per entry: offload time ns * 2 + reused),
+ * about 50 bytes per tracked block (the Python tracker: about 150 plus the key).
  */
-
-#define THRASH_INITIAL 4096
-#define THRASH_NIL (-1)
 
 typedef struct {
     PyObject_HEAD
-    Py_ssize_t max_blocks, entries, count;
-    uint64_t *key;        /* entries */
-    int64_t *stamp;       /* entries: offload time ns * 2 + reused */
-    int32_t *prev, *next; /* entries: the offload-order list; next doubles as the free list */
-    int32_t head, tail, free;
-    KeyTable tbl;         /* key bits -> entry; 2 x entries rows */
+    KeyLru lru;
     long long in_window, reused, evicted_unused, untracked;
     long long window_ns;  /* onloaded's default window */
 } ThrashCore;
-
-static inline long long monotonic_ns(void) /* the clock of Python's time.monotonic_ns */
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void thrash_unlink(ThrashCore *self, int32_t e)
-{
-    int32_t p = self->prev[e], n = self->next[e];
-    if (p == THRASH_NIL)
-        self->head = n;
-    else
-        self->next[p] = n;
-    if (n == THRASH_NIL)
-        self->tail = p;
-    else
-        self->prev[n] = p;
-}
-
-static void thrash_append(ThrashCore *self, int32_t e)
-{
-    self->prev[e] = self->tail;
-    self->next[e] = THRASH_NIL;
-    if (self->tail == THRASH_NIL)
-        self->head = e;
-    else
-        self->next[self->tail] = e;
-    self->tail = e;
-}
-
-/* Forget entry e (its table row at `row`). */
-static void thrash_drop(ThrashCore *self, int32_t e, Py_ssize_t row)
-{
-    thrash_unlink(self, e);
-    ktab_delete(&self->tbl, row);
-    self->next[e] = self->free;
-    self->free = e;
-    self->count--;
-}
-
-static void thrash_free_arrays(ThrashCore *self)
-{
-    PyMem_Free(self->key);
-    PyMem_Free(self->stamp);
-    PyMem_Free(self->prev);
-    PyMem_Free(self->next);
-    PyMem_Free(self->tbl.key);
-    PyMem_Free(self->tbl.val);
-    self->key = NULL;
-    self->stamp = NULL;
-    self->prev = self->next = NULL;
-    self->tbl.key = NULL;
-    self->tbl.val = NULL;
-}
-
-/* Size the arrays for `entries` blocks, keeping the tracked ones in order; -1 on no memory
- * (the old arrays are kept). */
-static int thrash_resize(ThrashCore *self, Py_ssize_t entries)
-{
-    Py_ssize_t cap = 1;
-    int bits = 0;
-    while (cap < 2 * entries) {
-        cap <<= 1;
-        bits++;
-    }
-    uint64_t *key = PyMem_Malloc(sizeof(uint64_t) * (size_t)entries);
-    int64_t *stamp = PyMem_Malloc(sizeof(int64_t) * (size_t)entries);
-    int32_t *prev = PyMem_Malloc(sizeof(int32_t) * (size_t)entries);
-    int32_t *next = PyMem_Malloc(sizeof(int32_t) * (size_t)entries);
-    uint64_t *tbl_key = PyMem_Malloc(sizeof(uint64_t) * (size_t)cap);
-    int32_t *tbl_entry = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
-    if (!key || !stamp || !prev || !next || !tbl_key || !tbl_entry) {
-        PyMem_Free(key);
-        PyMem_Free(stamp);
-        PyMem_Free(prev);
-        PyMem_Free(next);
-        PyMem_Free(tbl_key);
-        PyMem_Free(tbl_entry);
-        PyErr_NoMemory();
-        return -1;
-    }
-    memset(tbl_entry, 0xff, sizeof(int32_t) * (size_t)cap);
-    Py_ssize_t n = 0;
-    for (int32_t e = self->head; e != THRASH_NIL; e = self->next[e], n++) {
-        key[n] = self->key[e];
-        stamp[n] = self->stamp[e];
-        prev[n] = (int32_t)(n - 1);
-        next[n] = (int32_t)(n + 1);
-    }
-    thrash_free_arrays(self);
-    self->key = key;
-    self->stamp = stamp;
-    self->prev = prev;
-    self->next = next;
-    self->tbl.key = tbl_key;
-    self->tbl.val = tbl_entry;
-    self->entries = entries;
-    self->tbl.mask = cap - 1;
-    self->tbl.shift = 64 - bits;
-    self->head = n ? 0 : THRASH_NIL;
-    self->tail = n ? (int32_t)(n - 1) : THRASH_NIL;
-    if (n)
-        next[n - 1] = THRASH_NIL;
-    self->free = THRASH_NIL;
-    for (Py_ssize_t e = entries - 1; e >= n; e--) {
-        next[e] = self->free;
-        self->free = (int32_t)e;
-    }
-    for (Py_ssize_t e = 0; e < n; e++) {
-        Py_ssize_t row = ktab_find(&self->tbl, key[e]);
-        tbl_key[row] = key[e];
-        tbl_entry[row] = (int32_t)e;
-    }
-    return 0;
-}
 
 /* The 64-bit hashes of `keys` (any iterable), in order, into *out (stack or malloc'd:
  * the caller frees it when it is not `stack`); the count, or -1 with an exception set. */
@@ -1124,35 +1195,8 @@ static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t row = ktab_find(&self->tbl, bits[i]);
-        int32_t e = self->tbl.val[row];
-        if (e >= 0) {
-            thrash_unlink(self, e);
-        } else {
-            if (self->count == self->entries && self->entries < self->max_blocks) {
-                Py_ssize_t grown = self->entries * 2;
-                if (grown > self->max_blocks)
-                    grown = self->max_blocks;
-                if (thrash_resize(self, grown) == 0)
-                    row = ktab_find(&self->tbl, bits[i]);
-                else
-                    PyErr_Clear(); /* no memory to grow: forget the oldest instead */
-            }
-            if (self->count == self->entries) {
-                int32_t old = self->head;
-                thrash_drop(self, old, ktab_find(&self->tbl, self->key[old]));
-                self->untracked++;
-                row = ktab_find(&self->tbl, bits[i]);
-            }
-            e = self->free;
-            self->free = self->next[e];
-            self->key[e] = bits[i];
-            self->tbl.key[row] = bits[i];
-            self->tbl.val[row] = e;
-            self->count++;
-        }
-        self->stamp[e] = (int64_t)now * 2;
-        thrash_append(self, e);
+        int32_t e = lru_touch(&self->lru, bits[i], &self->untracked); /* may move data */
+        self->lru.data[e] = (int64_t)now * 2;
     }
     if (bits != stack)
         PyMem_Free(bits);
@@ -1172,14 +1216,15 @@ static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t e = self->tbl.val[ktab_find(&self->tbl, bits[i])];
+        Py_ssize_t row;
+        int32_t e = lru_find(&self->lru, bits[i], &row);
         if (e < 0)
             continue;
-        int64_t stamp = self->stamp[e];
+        int64_t stamp = self->lru.data[e];
         if ((int64_t)now - (stamp >> 1) <= (int64_t)window)
             self->in_window++;
         if (!(stamp & 1)) {
-            self->stamp[e] = stamp | 1;
+            self->lru.data[e] = stamp | 1;
             self->reused++;
         }
     }
@@ -1195,13 +1240,13 @@ static PyObject *thrash_evicted(ThrashCore *self, PyObject *keys)
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t row = ktab_find(&self->tbl, bits[i]);
-        int32_t e = self->tbl.val[row];
+        Py_ssize_t row;
+        int32_t e = lru_find(&self->lru, bits[i], &row);
         if (e < 0)
             continue;
-        if (!(self->stamp[e] & 1))
+        if (!(self->lru.data[e] & 1))
             self->evicted_unused++;
-        thrash_drop(self, e, row);
+        lru_drop(&self->lru, e, row);
     }
     if (bits != stack)
         PyMem_Free(bits);
@@ -1211,7 +1256,7 @@ static PyObject *thrash_evicted(ThrashCore *self, PyObject *keys)
 static PyObject *thrash_counts(ThrashCore *self, PyObject *unused)
 {
     return Py_BuildValue("(LLLnL)", self->in_window, self->reused, self->evicted_unused,
-                         self->count, self->untracked);
+                         self->lru.count, self->untracked);
 }
 
 static int thrash_init(ThrashCore *self, PyObject *args, PyObject *kwds)
@@ -1226,21 +1271,13 @@ static int thrash_init(ThrashCore *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     self->window_ns = window_ns;
-    if (max_blocks <= 0 || max_blocks > (1 << 30)) {
-        PyErr_Format(PyExc_ValueError, "max_blocks must be in 1..2**30, got %zd", max_blocks);
-        return -1;
-    }
-    thrash_free_arrays(self);
-    self->max_blocks = max_blocks;
-    self->count = 0;
-    self->head = self->tail = THRASH_NIL;
     self->in_window = self->reused = self->evicted_unused = self->untracked = 0;
-    return thrash_resize(self, max_blocks < THRASH_INITIAL ? max_blocks : THRASH_INITIAL);
+    return lru_init(&self->lru, max_blocks, 1, "max_blocks");
 }
 
 static void thrash_dealloc(ThrashCore *self)
 {
-    thrash_free_arrays(self);
+    lru_free_arrays(&self->lru);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1267,6 +1304,258 @@ static PyTypeObject ThrashCoreType = {
     .tp_init = (initproc)thrash_init,
     .tp_dealloc = (destructor)thrash_dealloc,
     .tp_methods = thrash_methods,
+};
+
+/* ---- residency and reuse gaps (kvobs.residency) -----------------------------------------
+ *
+ * ResidencyCore(threshold, mask, max_keys, buffer_limit): the sampled blocks of one tier,
+ * by hash((key,)), each with its birth and last-use time, at most max_keys of them (the
+ * oldest birth forgotten first); a key is sampled when its bits & mask < threshold (what
+ * sample_bits picks).
+ *     born(keys) -> None: sampled keys are born now (birth = last use = now) and become
+ *         the newest.
+ *     reused(keys) -> None: a tracked sampled key's gap since its last use (seconds) is one
+ *         reuse-gap sample; its last use becomes now.
+ *     evicted(keys) -> None: a tracked sampled key's time since birth is one residency
+ *         sample; it is forgotten.
+ *     drain() -> (residency seconds, reuse-gap seconds): the buffered samples, taken.
+ *     clock: None (CLOCK_MONOTONIC, read in C) or a callable returning int ns (a
+ *         simulation's clock); read once per call, and only when the call sampled a key.
+ * The samples wait in two rings of buffer_limit doubles (the oldest overwritten first), as
+ * the Python tracker's bounded deques keep them. One call per event: no Python frame
+ * between the engine and the table (the Python tracker: a sampling call, then a method).
+ */
+
+typedef struct {
+    double *value;
+    Py_ssize_t cap, start, len;
+} Ring;
+
+static void ring_push(Ring *r, double v)
+{
+    if (r->value == NULL) { /* allocated at the first sample: most tiers take none */
+        r->value = PyMem_Malloc(sizeof(double) * (size_t)r->cap);
+        if (r->value == NULL)
+            return; /* no memory: the sample is lost, as a full ring would lose one */
+    }
+    Py_ssize_t at = r->start + r->len;
+    r->value[at >= r->cap ? at - r->cap : at] = v;
+    if (r->len < r->cap)
+        r->len++;
+    else if (++r->start == r->cap)
+        r->start = 0;
+}
+
+/* The ring's samples, oldest first, as a new list; the ring emptied. NULL on no memory. */
+static PyObject *ring_take(Ring *r)
+{
+    PyObject *list = PyList_New(r->len);
+    for (Py_ssize_t i = 0; list != NULL && i < r->len; i++) {
+        Py_ssize_t at = r->start + i;
+        PyObject *v = PyFloat_FromDouble(r->value[at >= r->cap ? at - r->cap : at]);
+        if (v == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    if (list != NULL)
+        r->start = r->len = 0;
+    return list;
+}
+
+typedef struct {
+    PyObject_HEAD
+    KeyLru lru;           /* two int64 per entry: birth, last use */
+    uint64_t threshold, mask;
+    long long forgotten;
+    Ring stays, gaps;
+    PyObject *clock;      /* None: CLOCK_MONOTONIC */
+} ResidencyCore;
+
+enum { BORN, REUSED, EVICTED };
+
+/* One keyed event: sample `keys`, read the clock once if any was picked, apply. */
+static PyObject *residency_event(ResidencyCore *self, PyObject *keys, int what)
+{
+    if (self->lru.key == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ResidencyCore was not initialised");
+        return NULL;
+    }
+    if (sample_hash_ok < 0 && (sample_hash_ok = check_tuple_hash()) < 0)
+        return NULL;
+    PyObject *fast = PySequence_Fast(keys, "keys must be an iterable of hashable block keys");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    uint64_t stack[THRASH_STACK_KEYS];
+    uint64_t *picked = n <= THRASH_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
+    PyObject *result = NULL;
+    if (picked == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_hash_t h;
+        if (key_tuple_hash(items[i], sample_hash_ok, &h) < 0)
+            goto done;
+        if (((uint64_t)h & self->mask) < self->threshold)
+            picked[count++] = (uint64_t)h;
+    }
+    if (count) {
+        long long now;
+        if (self->clock == NULL || self->clock == Py_None) {
+            now = monotonic_ns();
+        } else {
+            PyObject *t = PyObject_CallNoArgs(self->clock);
+            now = t ? PyLong_AsLongLong(t) : -1;
+            Py_XDECREF(t);
+            if (now == -1 && PyErr_Occurred())
+                goto done;
+        }
+        KeyLru *l = &self->lru;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            Py_ssize_t row;
+            int32_t e;
+            if (what == BORN) {
+                e = lru_touch(l, picked[i], &self->forgotten);
+                l->data[2 * e] = l->data[2 * e + 1] = now;
+            } else if ((e = lru_find(l, picked[i], &row)) >= 0) {
+                if (what == REUSED) {
+                    ring_push(&self->gaps, (double)(now - l->data[2 * e + 1]) / 1e9);
+                    l->data[2 * e + 1] = now;
+                } else {
+                    ring_push(&self->stays, (double)(now - l->data[2 * e]) / 1e9);
+                    lru_drop(l, e, row);
+                }
+            }
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    if (picked != stack)
+        PyMem_Free(picked);
+    Py_DECREF(fast);
+    return result;
+}
+
+static PyObject *residency_born(ResidencyCore *self, PyObject *keys)
+{
+    return residency_event(self, keys, BORN);
+}
+
+static PyObject *residency_reused(ResidencyCore *self, PyObject *keys)
+{
+    return residency_event(self, keys, REUSED);
+}
+
+static PyObject *residency_evicted(ResidencyCore *self, PyObject *keys)
+{
+    return residency_event(self, keys, EVICTED);
+}
+
+static PyObject *residency_drain(ResidencyCore *self, PyObject *unused)
+{
+    PyObject *stays = ring_take(&self->stays);
+    PyObject *gaps = stays ? ring_take(&self->gaps) : NULL;
+    if (gaps == NULL) {
+        Py_XDECREF(stays);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", stays, gaps);
+}
+
+static PyObject *residency_counts(ResidencyCore *self, PyObject *unused)
+{
+    return Py_BuildValue("(nL)", self->lru.count, self->forgotten);
+}
+
+static int residency_init(ResidencyCore *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"threshold", "mask", "max_keys", "buffer_limit", NULL};
+    unsigned long long threshold, mask;
+    Py_ssize_t max_keys, buffer_limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKnn", kwlist, &threshold, &mask, &max_keys,
+                                     &buffer_limit))
+        return -1;
+    if (buffer_limit <= 0) {
+        PyErr_Format(PyExc_ValueError, "buffer_limit must be > 0, got %zd", buffer_limit);
+        return -1;
+    }
+    self->threshold = threshold;
+    self->mask = mask;
+    self->forgotten = 0;
+    PyMem_Free(self->stays.value);
+    PyMem_Free(self->gaps.value);
+    self->stays = (Ring){NULL, buffer_limit, 0, 0};
+    self->gaps = (Ring){NULL, buffer_limit, 0, 0};
+    Py_INCREF(Py_None);
+    Py_XSETREF(self->clock, Py_None);
+    return lru_init(&self->lru, max_keys, 2, "max_keys");
+}
+
+static void residency_dealloc(ResidencyCore *self)
+{
+    lru_free_arrays(&self->lru);
+    PyMem_Free(self->stays.value);
+    PyMem_Free(self->gaps.value);
+    Py_XDECREF(self->clock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *residency_get_clock(ResidencyCore *self, void *unused)
+{
+    PyObject *clock = self->clock ? self->clock : Py_None;
+    Py_INCREF(clock);
+    return clock;
+}
+
+static int residency_set_clock(ResidencyCore *self, PyObject *clock, void *unused)
+{
+    if (clock == NULL || (clock != Py_None && !PyCallable_Check(clock))) {
+        PyErr_SetString(PyExc_TypeError, "clock must be None (CLOCK_MONOTONIC) or a callable "
+                                         "returning nanoseconds");
+        return -1;
+    }
+    Py_INCREF(clock);
+    Py_XSETREF(self->clock, clock);
+    return 0;
+}
+
+static PyMethodDef residency_methods[] = {
+    {"born", (PyCFunction)residency_born, METH_O,
+     "born(keys): sampled blocks now hold data in this tier."},
+    {"reused", (PyCFunction)residency_reused, METH_O,
+     "reused(keys): sampled blocks were hit; the gap since their last use is a sample."},
+    {"evicted", (PyCFunction)residency_evicted, METH_O,
+     "evicted(keys): sampled blocks left the tier; their time in it is a sample."},
+    {"drain", (PyCFunction)residency_drain, METH_NOARGS,
+     "(residency seconds, reuse-gap seconds) buffered since the last drain."},
+    {"counts", (PyCFunction)residency_counts, METH_NOARGS,
+     "(tracked sampled keys, keys forgotten by the max_keys bound)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef residency_getset[] = {
+    {"clock", (getter)residency_get_clock, (setter)residency_set_clock,
+     "None (CLOCK_MONOTONIC, read in C) or a callable returning int nanoseconds.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ResidencyCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.ResidencyCore",
+    .tp_basicsize = sizeof(ResidencyCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Sampled residency and reuse-gap bookkeeping of one tier (see kvobs.residency).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)residency_init,
+    .tp_dealloc = (destructor)residency_dealloc,
+    .tp_methods = residency_methods,
+    .tp_getset = residency_getset,
 };
 
 /* ---- vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool) -------------------
@@ -1454,7 +1743,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
-    if (PyType_Ready(&ReuseCoreType) < 0 || PyType_Ready(&ThrashCoreType) < 0)
+    if (PyType_Ready(&ReuseCoreType) < 0 || PyType_Ready(&ThrashCoreType) < 0 ||
+        PyType_Ready(&ResidencyCoreType) < 0)
         return NULL;
     if (!(s_block_hash = PyUnicode_InternFromString("_block_hash")) ||
         !(s_hashes_gained = PyUnicode_InternFromString("hashes_gained")) ||
@@ -1477,6 +1767,12 @@ PyMODINIT_FUNC PyInit__native(void)
     Py_INCREF(&ThrashCoreType);
     if (PyModule_AddObject(m, "ThrashCore", (PyObject *)&ThrashCoreType) < 0) {
         Py_DECREF(&ThrashCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ResidencyCoreType);
+    if (PyModule_AddObject(m, "ResidencyCore", (PyObject *)&ResidencyCoreType) < 0) {
+        Py_DECREF(&ResidencyCoreType);
         Py_DECREF(m);
         return NULL;
     }

@@ -119,9 +119,7 @@ class TierRecorder:
         """``n`` free blocks were handed to requests (free -> in use)."""
         self.allocations += n
         if keys is not None and self.residency is not None:
-            picked = self.residency.sample(keys)  # most events sample none: one C call
-            if picked:
-                self.residency.born_bits(picked)
+            self.residency.born(keys)  # one C call with the extension
 
     def free(self, n: int = 1, cached: bool = False) -> None:
         """``n`` blocks were released: kept as cached data if ``cached``, else emptied."""
@@ -137,9 +135,7 @@ class TierRecorder:
             if self.thrash is not None:
                 self.thrash.onloaded(keys)
             if self.residency is not None:
-                picked = self.residency.sample(keys)
-                if picked:
-                    self.residency.reused_bits(picked)
+                self.residency.reused(keys)
 
     def store(self, n: int = 1, keys: Keys = None) -> None:
         """``n`` blocks were written into this tier as cached data (free -> cached)."""
@@ -148,9 +144,7 @@ class TierRecorder:
             if self.thrash is not None:
                 self.thrash.offloaded(keys)
             if self.residency is not None:
-                picked = self.residency.sample(keys)
-                if picked:
-                    self.residency.born_bits(picked)
+                self.residency.born(keys)
 
     def evict(self, n: int = 1, reason: str = "capacity", keys: Keys = None) -> None:
         """``n`` cached blocks were dropped (cached -> free); unknown reasons count as other."""
@@ -158,9 +152,7 @@ class TierRecorder:
             if self.thrash is not None:
                 self.thrash.evicted(keys)
             if self.residency is not None:
-                picked = self.residency.sample(keys)
-                if picked:
-                    self.residency.evicted_bits(picked)
+                self.residency.evicted(keys)
         if reason == "capacity":  # the common case skips the dict
             self.evictions_capacity += n
             return
