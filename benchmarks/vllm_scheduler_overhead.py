@@ -23,6 +23,12 @@
    instrumented scheduler: microseconds per call and per step, to see where the added
    time goes. In place a reader costs several times what it does in a warm loop: the
    engine's step evicts kvobs's objects from the caches between two calls.
+   ``--methods`` times every wrapped engine method in place in three schedulers driven
+   alike (plain, instrumented, and instrumented with no-op readers): the added time per
+   method and per step, steadier than the step A/B (sums of microseconds, not
+   differences of milliseconds), and the floor that wrapping alone costs. It misses what
+   kvobs costs outside the wrapped methods (engine data evicted by kvobs's), which only
+   the step A/B sees.
 2. Scrape: ``rec.snapshot()`` of a ``BlockPool`` of 100k GPU blocks (the settle walk over
    every block), with the pool half in use and half of its blocks holding prefix hashes,
    state set through vLLM's own calls (goal <= 5 ms).
@@ -53,6 +59,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from kvobs.adapters import _hooks
 from kvobs.adapters.vllm import instrument_block_pool, instrument_scheduler
 from kvobs.recorder import Recorder
 from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
@@ -229,6 +236,124 @@ def reader_costs(running: int, steps: int, warmup: int) -> list[tuple[str, float
                   key=lambda row: -row[1] * row[2])
 
 
+#: Where the scheduler keeps each object the adapters wrap (found by identity).
+_PATHS = ("", "kv_cache_manager", "kv_cache_manager.block_pool", "connector.connector_scheduler",
+          "connector.connector_scheduler.manager")
+
+
+def _resolve(root: Any, path: str) -> Any:
+    for name in filter(None, path.split(".")):
+        root = getattr(root, name)
+    return root
+
+
+def _noop_readers() -> Any:
+    """Patch every adapter hook table so that each before / after reader does nothing
+    (the wrappers, ``when`` gates and ``count=`` hooks stay): the floor of wrapping."""
+    import contextlib
+    import dataclasses
+
+    from kvobs.adapters.vllm import block_pool, connector, lookups, offloading
+    from kvobs.adapters.vllm import steps as step_timing
+
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    def hollow(hook: Any) -> Any:
+        return dataclasses.replace(hook, before=nothing if hook.before else None,
+                                   after=nothing if hook.after else None)
+
+    tables = [(module, "SPEC") for module in (block_pool, connector, lookups, offloading,
+                                              step_timing)] + [(block_pool, "CACHE_FULL_PROMOTING")]
+
+    @contextlib.contextmanager
+    def patched() -> Any:
+        saved = [getattr(module, name) for module, name in tables]
+        try:
+            for (module, name), table in zip(tables, saved, strict=True):
+                setattr(module, name, hollow(table) if name != "SPEC" else dataclasses.replace(
+                    table, hooks=tuple(hollow(hook) for hook in table.hooks)))
+            yield
+        finally:
+            for (module, name), table in zip(tables, saved, strict=True):
+                setattr(module, name, table)
+
+    return patched()
+
+
+def method_costs(running: int, rounds: int, steps: int,
+                 warmup: int) -> list[tuple[str, float, float, float, float]]:
+    """Per wrapped engine method, in place: ``(method, calls per step, plain us/call, kvobs
+    us/call, hooks-only us/call)``, from three schedulers driven alike in interleaved
+    rounds: not instrumented, instrumented, and instrumented with every reader a no-op
+    (what the wrappers alone cost). Each method's time is exclusive of the wrapped methods
+    it calls, so the rows add up. The scheduler's own ``schedule`` /
+    ``update_from_output`` (step timing's hooks, which hold the whole step) are left out:
+    ``--readers`` times their readers."""
+    names = ("plain", "kvobs", "hooks")
+    with tempfile.TemporaryDirectory() as tmp:
+        workloads: dict[str, Workload] = {}
+        for name in names:
+            if name == "hooks":
+                with _noop_readers():
+                    workloads[name], _ = build(Path(tmp), name, running, instrumented=True)
+            else:
+                workloads[name], _ = build(Path(tmp), name, running,
+                                           instrumented=name == "kvobs")
+        reference = workloads["kvobs"].driver.scheduler
+        marker = _hooks.MARKER
+        wrapped = sorted({(path, method) for path in _PATHS
+                          for method in getattr(_resolve(reference, path), marker).wrapped_methods
+                          if path or method not in ("schedule", "update_from_output")})
+        clock = time.perf_counter_ns
+        spent: dict[tuple[str, str, str], list[int]] = {}
+        for name in names:
+            stack = [0]  # time spent in wrapped methods called from the current one
+
+            def shim(fn: Any, tally: list[int], stack: list[int] = stack) -> Any:
+                def timed(*args: Any, **kwargs: Any) -> Any:
+                    stack.append(0)
+                    started = clock()
+                    try:
+                        return fn(*args, **kwargs)
+                    finally:
+                        elapsed = clock() - started
+                        tally[0] += elapsed - stack.pop()
+                        tally[1] += 1
+                        stack[-1] += elapsed
+
+                return timed
+
+            scheduler = workloads[name].driver.scheduler
+            for path, method in wrapped:
+                target = _resolve(scheduler, path)
+                tally = spent.setdefault((name, path, method), [0, 0])
+                setattr(target, method, shim(getattr(target, method), tally))
+        for name in names:
+            workloads[name].steps(warmup)
+        for tally in spent.values():
+            tally[:] = [0, 0]
+        gc.disable()
+        try:
+            for round_no in range(rounds):
+                shift = round_no % len(names)
+                for name in names[shift:] + names[:shift]:
+                    workloads[name].steps(steps)
+        finally:
+            gc.enable()
+    total_steps = rounds * steps
+    rows = []
+    for path, method in wrapped:
+        per_call = []
+        for name in names:
+            ns, calls = spent[(name, path, method)]
+            per_call.append(ns / calls / 1e3 if calls else 0.0)
+        calls = spent[("kvobs", path, method)][1] / total_steps
+        owner = path.rsplit(".", 1)[-1] or "scheduler"
+        rows.append((f"{owner}.{method}", calls, *per_call))
+    return sorted(rows, key=lambda row: -row[1] * (row[3] - row[2]))
+
+
 def scrape_cost(blocks: int, repeats: int) -> dict[str, Any]:
     """Milliseconds per ``rec.snapshot()`` of an instrumented pool of ``blocks`` blocks,
     and per full HTTP scrape of its ``/metrics`` (snapshot, render, transfer)."""
@@ -288,8 +413,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--readers", action="store_true",
                         help="time each adapter reader in place instead (us per call and step)")
+    parser.add_argument("--methods", action="store_true",
+                        help="time each wrapped engine method in place instead: plain, "
+                             "instrumented, and with no-op readers (the wrappers' floor)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.methods:
+        method_rows = method_costs(args.running, args.rounds, args.steps, args.warmup)
+        if args.json:
+            print(json.dumps([{"method": n, "calls_per_step": round(c, 3), "plain_us": round(p, 2),
+                               "kvobs_us": round(k, 2), "hooks_only_us": round(h, 2)}
+                              for n, c, p, k, h in method_rows]))
+            return 0
+        print("us per call in place (plain, kvobs, kvobs with no-op readers), then us added "
+              "per step")
+        print(f"{'wrapped method':44s} {'calls/step':>10s} {'plain':>7s} {'kvobs':>7s} "
+              f"{'hooks':>7s} {'kvobs':>8s} {'hooks':>8s}")
+        for name, calls, plain, kvobs, hooks in method_rows:
+            if calls:
+                print(f"{name:44s} {calls:10.2f} {plain:7.2f} {kvobs:7.2f} {hooks:7.2f} "
+                      f"{calls * (kvobs - plain):+8.2f} {calls * (hooks - plain):+8.2f}")
+        added = sum(c * (k - p) for _, c, p, k, _ in method_rows)
+        floor = sum(c * (h - p) for _, c, p, _, h in method_rows)
+        print(f"added inside wrapped methods, in place, {args.running} running requests: "
+              f"{added:.1f} us per step, of which the wrappers with no-op readers (their "
+              f"floor) {floor:.1f} us")
+        return 0
     if args.readers:
         rows = reader_costs(args.running, args.rounds * args.steps, args.warmup)
         if args.json:

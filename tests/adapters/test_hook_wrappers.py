@@ -1,0 +1,156 @@
+"""The two before / after wrappers do the same thing to an engine call: the one generated
+with the engine method's own signature and the ``*args`` one (for signatures it cannot
+copy). The same readers, arguments, results, errors and exceptions, with positional and
+keyword arguments, defaults and iterators."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import weakref
+
+import pytest
+from structlog.testing import capture_logs
+
+from kvobs.adapters import _hooks
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.recorder import Recorder
+
+
+@pytest.fixture(params=["generated", "args"])
+def wrappers(request, monkeypatch):
+    """Which wrapper instrument() installs: generated with the engine's signature, or the
+    ``*args`` one (what an engine method with ``*args`` / keyword-only parameters gets)."""
+    if request.param == "args":
+        monkeypatch.setattr(_hooks, "_plain_params", lambda original: None)
+    return request.param
+
+
+class Engine:
+    """An engine object whose methods take positional, keyword and defaulted arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def store(self, keys, req, success=True):
+        keys = list(keys)  # the engine consumes an iterator itself
+        self.calls.append(("store", keys, req, success))
+        return len(keys)
+
+    def load(self, keys, *, pinned=False):
+        if keys == ["boom"]:
+            raise LookupError("engine failure")
+        self.calls.append(("load", list(keys), pinned))
+        return list(keys)
+
+
+def called_with(method: str, keys, args, kwargs) -> dict:
+    """The engine method's arguments as a reader got them, defaults applied (a generated
+    Python wrapper passes defaults on by position, the C one passes the call as made)."""
+    bound = inspect.signature(getattr(Engine, method)).bind(None, list(keys), *args, **kwargs)
+    bound.apply_defaults()
+    return {name: value for name, value in bound.arguments.items() if name != "self"}
+
+
+def spec_with(seen: list, before=None, after=None) -> AdapterSpec:
+    def reading_before(inst, keys, *args, **kwargs):
+        seen.append(("before", called_with("store", keys, args, kwargs)))
+        return "state"
+
+    def reading_after(inst, state, result, keys, *args, **kwargs):
+        method = "store" if isinstance(result, int) else "load"
+        seen.append(("after", state, result, called_with(method, keys, args, kwargs)))
+
+    return AdapterSpec("test.engine", ("Engine",), (
+        Hook("store", ("keys", "req"), "store", before=before or reading_before,
+             after=after or reading_after, reiterable=("keys",)),
+        Hook("load", ("keys",), "reuse", after=after or reading_after, reiterable=("keys",)),
+    ))
+
+
+def start(engine: Engine, spec: AdapterSpec, rec: Recorder) -> Instrumentation:
+    return instrument(engine, spec, lambda active: Instrumentation(engine, spec.component,
+                                                                  active, rec))
+
+
+def test_the_wrapper_kind_is_the_one_asked_for(wrappers):
+    engine = Engine()
+    start(engine, spec_with([]), Recorder())
+    generated = engine.store.__code__.co_varnames[:2] == ("keys", "req")
+    assert generated == (wrappers == "generated")
+    assert engine.store.__name__ == "store" and engine.store.__wrapped__.__func__ is Engine.store
+    assert inspect.signature(engine.store) == inspect.signature(Engine().store)
+
+
+def test_readers_see_every_argument_as_the_engine_got_it(wrappers):
+    seen: list = []
+    engine = Engine()
+    start(engine, spec_with(seen), Recorder())
+    assert engine.store(iter(["a", "b"]), "r1") == 2  # an iterator: read twice, unconsumed
+    assert engine.store(("c",), req="r2", success=False) == 1
+    assert engine.load(keys=["d"], pinned=True) == ["d"]
+    assert engine.calls == [("store", ["a", "b"], "r1", True), ("store", ["c"], "r2", False),
+                            ("load", ["d"], True)]
+    first = {"keys": ["a", "b"], "req": "r1", "success": True}
+    second = {"keys": ["c"], "req": "r2", "success": False}
+    assert seen == [("before", first), ("after", "state", 2, first),
+                    ("before", second), ("after", "state", 1, second),
+                    ("after", None, ["d"], {"keys": ["d"], "pinned": True})]
+
+
+def test_a_failing_before_reads_nothing_after_and_the_engine_call_goes_on(wrappers):
+    seen: list = []
+    rec, engine = Recorder(), Engine()
+    start(engine, spec_with(seen, before=lambda inst, keys, *a, **k: 1 / 0), rec)
+    with capture_logs():
+        assert engine.store(["a"], "r") == 1
+    assert engine.calls == [("store", ["a"], "r", True)]
+    assert seen == [] and rec.snapshot().errors == {"test.engine": 1}
+
+
+def test_a_failing_after_is_counted_and_the_result_is_untouched(wrappers):
+    def broken(inst, state, result, keys, *args, **kwargs):
+        raise RuntimeError("reader bug")
+
+    rec, engine = Recorder(), Engine()
+    start(engine, spec_with([], after=broken), rec)
+    with capture_logs() as logs:
+        assert engine.store(["a", "b"], "r") == 2
+        assert engine.load(["c"]) == ["c"]
+    assert rec.snapshot().errors == {"test.engine": 2}
+    assert logs[0]["event"] == "instrumentation_error"
+
+
+def test_engine_exceptions_pass_through_and_nothing_is_read_after(wrappers):
+    seen: list = []
+    rec, engine = Recorder(), Engine()
+    start(engine, spec_with(seen), rec)
+    with pytest.raises(LookupError, match="engine failure"):
+        engine.load(["boom"])
+    assert seen == [] and rec.snapshot().errors == {}
+    with capture_logs(), pytest.raises(TypeError):
+        engine.store()  # the engine's own TypeError for a call it does not take
+    assert seen == []
+
+
+def test_a_base_exception_in_a_reader_is_not_swallowed(wrappers):
+    def interrupted(inst, state, result, keys, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    engine = Engine()
+    start(engine, spec_with([], after=interrupted), Recorder())
+    with pytest.raises(KeyboardInterrupt):
+        engine.load(["a"])
+
+
+def test_unwrap_restores_and_the_wrapper_does_not_leak_the_engine(wrappers):
+    engine = Engine()
+    inst = start(engine, spec_with([]), Recorder())
+    inst.unwrap()
+    assert engine.store.__func__ is Engine.store
+    engine = Engine()
+    start(engine, spec_with([]), Recorder())  # engine -> wrapper -> inst -> engine: a cycle
+    gone = weakref.ref(engine)
+    del engine
+    gc.collect()
+    assert gone() is None
