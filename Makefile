@@ -53,6 +53,7 @@ bench: deps
 	.venv-vllm/bin/python benchmarks/vllm_overhead.py
 	.venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --running 8 --rounds 600
 	.venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --running 72 --rounds 300
+	.venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --methods --running 72 --rounds 150
 	$(BIN)/python -m benchmarks.reuse_accuracy
 
 # Each event the vLLM adapters record, doubled and dropped, must fail an engine test
