@@ -438,6 +438,18 @@ static int key_tuple_hash(PyObject *key, int replica_ok, Py_hash_t *out)
     return 0;
 }
 
+/* Item i of a PySequence_Fast result as a new reference, or NULL past its end (no exception
+ * set). Read again for every item: a key's __hash__ may run Python code that changes a
+ * list the caller passed (then the loop sees the list as it is, never freed memory). */
+static inline PyObject *fast_item(PyObject *fast, Py_ssize_t i)
+{
+    if (i >= PySequence_Fast_GET_SIZE(fast))
+        return NULL;
+    PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+    Py_INCREF(item);
+    return item;
+}
+
 /* hash((key,)) as an unsigned 64-bit pattern; -1 with an exception set on failure. */
 static int key_bits(ReuseCore *self, PyObject *key, uint64_t *bits)
 {
@@ -665,7 +677,6 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
     if (fast == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), m = 0;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
     if (counted)
         self->total += n;
     uint64_t stack[REUSE_STACK_KEYS];
@@ -675,12 +686,15 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n && i < 8; i++)
-        __builtin_prefetch(items[i]);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + 8 < n)
-            __builtin_prefetch(items[i + 8]); /* the key's header: its cached hash */
+        __builtin_prefetch(PySequence_Fast_GET_ITEM(fast, i));
+    PyObject *key;
+    for (Py_ssize_t i = 0; i < n && (key = fast_item(fast, i)) != NULL; i++) {
+        if (i + 8 < PySequence_Fast_GET_SIZE(fast)) /* the key's header: its cached hash */
+            __builtin_prefetch(PySequence_Fast_GET_ITEM(fast, i + 8));
         uint64_t bits;
-        if (key_bits(self, items[i], &bits) < 0)
+        int failed = key_bits(self, key, &bits) < 0;
+        Py_DECREF(key);
+        if (failed)
             goto fail;
         if ((bits & REUSE_LOW_BITS) < self->threshold) {
             Py_ssize_t row = ktab_home(&self->tbl, bits);
@@ -814,11 +828,12 @@ static PyObject *sample_bits(PyObject *unused, PyObject *args)
     if (fast == NULL)
         return NULL;
     PyObject *picked = PyList_New(0);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; picked != NULL && i < n; i++) {
+    PyObject *key;
+    for (Py_ssize_t i = 0; picked != NULL && (key = fast_item(fast, i)) != NULL; i++) {
         Py_hash_t h;
-        if (key_tuple_hash(items[i], sample_hash_ok, &h) < 0)
+        int failed = key_tuple_hash(key, sample_hash_ok, &h) < 0;
+        Py_DECREF(key);
+        if (failed)
             goto fail;
         if (((uint64_t)h & mask) >= threshold)
             continue;
@@ -1071,6 +1086,16 @@ static int lru_init(KeyLru *l, Py_ssize_t max, int width, const char *what)
     return lru_resize(l, max < LRU_INITIAL ? max : LRU_INITIAL);
 }
 
+/* Whether the list was initialised (a core made by __new__ alone has no arrays); if not, a
+ * RuntimeError naming `what` is set. */
+static int lru_ready(const KeyLru *l, const char *what)
+{
+    if (l->key != NULL)
+        return 1;
+    PyErr_Format(PyExc_RuntimeError, "%s was not initialised", what);
+    return 0;
+}
+
 /* The entry of `bits`, or -1; *row gets its table row (or where it would go). */
 static inline int32_t lru_find(const KeyLru *l, uint64_t bits, Py_ssize_t *row)
 {
@@ -1160,15 +1185,17 @@ static Py_ssize_t thrash_hash_keys(PyObject *keys, uint64_t *stack, uint64_t **o
     if (fast == NULL)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject **items = PySequence_Fast_ITEMS(fast);
     uint64_t *bits = n <= THRASH_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
     if (bits == NULL) {
         Py_DECREF(fast);
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_hash_t h = PyObject_Hash(items[i]);
+    PyObject *key;
+    Py_ssize_t i = 0;
+    for (; i < n && (key = fast_item(fast, i)) != NULL; i++) {
+        Py_hash_t h = PyObject_Hash(key);
+        Py_DECREF(key);
         if (h == -1 && PyErr_Occurred()) {
             if (bits != stack)
                 PyMem_Free(bits);
@@ -1179,7 +1206,7 @@ static Py_ssize_t thrash_hash_keys(PyObject *keys, uint64_t *stack, uint64_t **o
     }
     Py_DECREF(fast);
     *out = bits;
-    return n;
+    return i; /* fewer than n if a key's __hash__ shortened the list */
 }
 
 static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
@@ -1191,6 +1218,8 @@ static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
     if (PyTuple_GET_SIZE(args) < 2) /* no time given (a simulation's may be negative) */
         now = monotonic_ns();
     uint64_t stack[THRASH_STACK_KEYS], *bits;
+    if (!lru_ready(&self->lru, "ThrashCore"))
+        return NULL;
     Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
     if (n < 0)
         return NULL;
@@ -1212,6 +1241,8 @@ static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
     if (PyTuple_GET_SIZE(args) < 2) /* no time given (a simulation's may be negative) */
         now = monotonic_ns();
     uint64_t stack[THRASH_STACK_KEYS], *bits;
+    if (!lru_ready(&self->lru, "ThrashCore"))
+        return NULL;
     Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
     if (n < 0)
         return NULL;
@@ -1236,6 +1267,8 @@ static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
 static PyObject *thrash_evicted(ThrashCore *self, PyObject *keys)
 {
     uint64_t stack[THRASH_STACK_KEYS], *bits;
+    if (!lru_ready(&self->lru, "ThrashCore"))
+        return NULL;
     Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
     if (n < 0)
         return NULL;
@@ -1334,7 +1367,7 @@ typedef struct {
 static void ring_push(Ring *r, double v)
 {
     if (r->value == NULL) { /* allocated at the first sample: most tiers take none */
-        r->value = PyMem_Malloc(sizeof(double) * (size_t)r->cap);
+        r->value = PyMem_New(double, (size_t)r->cap);
         if (r->value == NULL)
             return; /* no memory: the sample is lost, as a full ring would lose one */
     }
@@ -1375,20 +1408,26 @@ typedef struct {
 
 enum { BORN, REUSED, EVICTED };
 
+/* (to - from) / 1e9, exact in int64 (as Python's int arithmetic) unless that overflows. */
+static inline double seconds_between(int64_t from, int64_t to)
+{
+    int64_t d;
+    if (__builtin_sub_overflow(to, from, &d))
+        return ((double)to - (double)from) / 1e9;
+    return (double)d / 1e9;
+}
+
 /* One keyed event: sample `keys`, read the clock once if any was picked, apply. */
 static PyObject *residency_event(ResidencyCore *self, PyObject *keys, int what)
 {
-    if (self->lru.key == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "ResidencyCore was not initialised");
+    if (!lru_ready(&self->lru, "ResidencyCore"))
         return NULL;
-    }
     if (sample_hash_ok < 0 && (sample_hash_ok = check_tuple_hash()) < 0)
         return NULL;
     PyObject *fast = PySequence_Fast(keys, "keys must be an iterable of hashable block keys");
     if (fast == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject **items = PySequence_Fast_ITEMS(fast);
     uint64_t stack[THRASH_STACK_KEYS];
     uint64_t *picked = n <= THRASH_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
     PyObject *result = NULL;
@@ -1397,9 +1436,12 @@ static PyObject *residency_event(ResidencyCore *self, PyObject *keys, int what)
         goto done;
     }
     Py_ssize_t count = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *key;
+    for (Py_ssize_t i = 0; i < n && (key = fast_item(fast, i)) != NULL; i++) {
         Py_hash_t h;
-        if (key_tuple_hash(items[i], sample_hash_ok, &h) < 0)
+        int failed = key_tuple_hash(key, sample_hash_ok, &h) < 0;
+        Py_DECREF(key);
+        if (failed)
             goto done;
         if (((uint64_t)h & self->mask) < self->threshold)
             picked[count++] = (uint64_t)h;
@@ -1409,11 +1451,21 @@ static PyObject *residency_event(ResidencyCore *self, PyObject *keys, int what)
         if (self->clock == NULL || self->clock == Py_None) {
             now = monotonic_ns();
         } else {
-            PyObject *t = PyObject_CallNoArgs(self->clock);
+            PyObject *clock = self->clock;
+            Py_INCREF(clock); /* the clock may reset core.clock while it runs */
+            PyObject *t = PyObject_CallNoArgs(clock);
+            Py_DECREF(clock);
             now = t ? PyLong_AsLongLong(t) : -1;
             Py_XDECREF(t);
-            if (now == -1 && PyErr_Occurred())
+            if (now == -1 && PyErr_Occurred()) {
+                if (PyErr_ExceptionMatches(PyExc_TypeError) ||
+                    PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                    PyErr_Clear();
+                    PyErr_SetString(PyExc_TypeError, "a residency clock must return int "
+                                                     "nanoseconds that fit in 64 bits");
+                }
                 goto done;
+            }
         }
         KeyLru *l = &self->lru;
         for (Py_ssize_t i = 0; i < count; i++) {
@@ -1424,10 +1476,10 @@ static PyObject *residency_event(ResidencyCore *self, PyObject *keys, int what)
                 l->data[2 * e] = l->data[2 * e + 1] = now;
             } else if ((e = lru_find(l, picked[i], &row)) >= 0) {
                 if (what == REUSED) {
-                    ring_push(&self->gaps, (double)(now - l->data[2 * e + 1]) / 1e9);
+                    ring_push(&self->gaps, seconds_between(l->data[2 * e + 1], now));
                     l->data[2 * e + 1] = now;
                 } else {
-                    ring_push(&self->stays, (double)(now - l->data[2 * e]) / 1e9);
+                    ring_push(&self->stays, seconds_between(l->data[2 * e], now));
                     lru_drop(l, e, row);
                 }
             }
@@ -1481,8 +1533,12 @@ static int residency_init(ResidencyCore *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKnn", kwlist, &threshold, &mask, &max_keys,
                                      &buffer_limit))
         return -1;
-    if (buffer_limit <= 0) {
-        PyErr_Format(PyExc_ValueError, "buffer_limit must be > 0, got %zd", buffer_limit);
+    if (buffer_limit <= 0 || buffer_limit > (1 << 30)) {
+        PyErr_Format(PyExc_ValueError, "buffer_limit must be in 1..2**30, got %zd", buffer_limit);
+        return -1;
+    }
+    if (max_keys <= 0 || max_keys > (1 << 30)) { /* checked before any state changes */
+        PyErr_Format(PyExc_ValueError, "max_keys must be in 1..2**30, got %zd", max_keys);
         return -1;
     }
     self->threshold = threshold;
@@ -1497,12 +1553,25 @@ static int residency_init(ResidencyCore *self, PyObject *args, PyObject *kwds)
     return lru_init(&self->lru, max_keys, 2, "max_keys");
 }
 
+static int residency_traverse(ResidencyCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->clock); /* a simulation's clock may close over the tracker's owner */
+    return 0;
+}
+
+static int residency_clear(ResidencyCore *self)
+{
+    Py_CLEAR(self->clock);
+    return 0;
+}
+
 static void residency_dealloc(ResidencyCore *self)
 {
+    PyObject_GC_UnTrack(self);
     lru_free_arrays(&self->lru);
     PyMem_Free(self->stays.value);
     PyMem_Free(self->gaps.value);
-    Py_XDECREF(self->clock);
+    Py_CLEAR(self->clock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1549,11 +1618,13 @@ static PyTypeObject ResidencyCoreType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kvobs.kernels._native.ResidencyCore",
     .tp_basicsize = sizeof(ResidencyCore),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Sampled residency and reuse-gap bookkeeping of one tier (see kvobs.residency).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)residency_init,
     .tp_dealloc = (destructor)residency_dealloc,
+    .tp_traverse = (traverseproc)residency_traverse,
+    .tp_clear = (inquiry)residency_clear,
     .tp_methods = residency_methods,
     .tp_getset = residency_getset,
 };

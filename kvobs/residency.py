@@ -28,10 +28,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from kvobs.errors import ConfigError
 from kvobs.kernels._ext import native
 
 _SPACE = 1 << 16
 _MASK = _SPACE - 1
+_MAX_BOUND = 1 << 30  # max_keys and buffer_limit, as the C core bounds them
 
 
 def _python_sample_bits(threshold: int, mask: int, keys: Iterable[Hashable]) -> list[int]:
@@ -62,6 +64,11 @@ class ResidencyTracker:
     def __init__(self, clock_ns: Callable[[], int] = time.monotonic_ns, rate: float = 1 / 16,
                  max_keys: int = 16384, buffer_limit: int = 65536,
                  native: bool | None = None) -> None:
+        if not 0 < rate <= 1:
+            raise ConfigError(f"residency rate must be in (0, 1], got {rate!r}")
+        for name, value in (("max_keys", max_keys), ("buffer_limit", buffer_limit)):
+            if not 0 < value <= _MAX_BOUND:
+                raise ConfigError(f"residency {name} must be in 1..2**30, got {value!r}")
         self._threshold = max(1, round(rate * _SPACE))
         #: keys -> the sampled ones' bits (a partial over the sampler: no Python frame)
         self.sample: Callable[[Iterable[Hashable]], list[int]] = functools.partial(
@@ -89,8 +96,8 @@ class ResidencyTracker:
 
     @property
     def clock_ns(self) -> Callable[[], int]:
-        """The clock births, reuses and evictions are stamped with (a simulation sets its
-        own)."""
+        """The clock births, reuses and evictions are stamped with, in int nanoseconds (a
+        simulation sets its own)."""
         return self._clock_ns
 
     @clock_ns.setter

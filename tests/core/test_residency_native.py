@@ -4,12 +4,16 @@ calls reach C with no Python frame in between."""
 
 from __future__ import annotations
 
+import gc
 import random
 import time
+import weakref
 
 import pytest
 
+from kvobs.errors import ConfigError
 from kvobs.residency import ResidencyTracker
+from kvobs.reuse import ReuseProfile
 
 native_only = pytest.mark.skipif(not ResidencyTracker().native,
                                  reason="the C extension is not built here")
@@ -29,16 +33,19 @@ class SteppingClock:
         return self.now
 
 
-def replay(tracker: ResidencyTracker, seed: int, events: int = 4000) -> list[object]:
-    """Random keyed events over a small key space, drained now and then; what it saw."""
+def replay(tracker: ResidencyTracker, seed: int, keys: int = 600, events: int = 4000,
+           drain_every: int = 97) -> list[object]:
+    """Random keyed events (batches of 0-11 keys, now and then 65-300, with repeats) over
+    ``2 * keys`` distinct keys, drained every ``drain_every`` events; what it saw."""
     rnd = random.Random(seed)
-    keyspace = [rnd.randbytes(36) for _ in range(600)] + list(range(-40, 600))
+    keyspace = [rnd.randbytes(36) for _ in range(keys)] + list(range(-40, keys - 40))
     seen: list[object] = []
     for i in range(events):
-        keys = rnd.sample(keyspace, rnd.randrange(0, 12))
+        size = rnd.randrange(65, 300) if rnd.random() < 0.05 else rnd.randrange(0, 12)
+        batch = rnd.choices(keyspace, k=size)  # a key may come twice in one batch
         shape = rnd.choice((list, tuple, set))
-        getattr(tracker, rnd.choice(("born", "born", "reused", "evicted")))(shape(keys))
-        if i % 97 == 0:
+        getattr(tracker, rnd.choice(("born", "born", "reused", "evicted")))(shape(batch))
+        if i % drain_every == 0:
             seen.append(tracker.drain())
             seen.append(tracker.tracked)
     seen.append(tracker.drain())
@@ -47,32 +54,114 @@ def replay(tracker: ResidencyTracker, seed: int, events: int = 4000) -> list[obj
 
 @native_only
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize(("rate", "max_keys", "buffer_limit"),
-                         [(1.0, 10_000, 100_000), (1 / 4, 50, 30), (1 / 16, 16384, 65536)])
-def test_the_c_core_takes_the_samples_the_python_path_takes(seed, rate, max_keys,
-                                                            buffer_limit) -> None:
+@pytest.mark.parametrize(("rate", "max_keys", "buffer_limit", "keys", "drain_every"), [
+    (1.0, 10_000, 100_000, 600, 97),     # everything sampled, no bound reached
+    (1 / 4, 50, 30, 600, 97),            # the key bound forgets, the rings wrap
+    (1.0, 10_000, 7, 600, 1000),         # rings of 7 wrap many times between drains
+    (1.0, 10_000, 100_000, 6000, 500),   # more than 4,096 keys: the table grows
+    (1 / 16, 16384, 65536, 600, 97),     # the defaults
+])
+def test_the_c_core_takes_the_samples_the_python_path_takes(seed, rate, max_keys, buffer_limit,
+                                                            keys, drain_every) -> None:
     pair = []
     for native in (True, False):
         clock = SteppingClock(seed)
         tracker = ResidencyTracker(clock_ns=clock, rate=rate, max_keys=max_keys,
                                    buffer_limit=buffer_limit, native=native)
         assert tracker.native is native
-        pair.append((replay(tracker, seed), clock.reads))
+        pair.append((replay(tracker, seed, keys, drain_every=drain_every), clock.reads))
     (c_seen, c_reads), (py_seen, py_reads) = pair
-    assert c_seen == py_seen
+    assert c_seen == py_seen  # values and order, wrapped rings included
     assert c_reads == py_reads  # the clock is read once per call that sampled a key
     assert any(stays or gaps for stays, gaps in c_seen[::2])  # the replay took samples
+    if keys > 4096:
+        assert max(c_seen[1::2]) > 4096  # the C table grew past its first size
 
 
 @native_only
 def test_memory_and_buffers_stay_bounded_in_c() -> None:
-    tracker = ResidencyTracker(rate=1.0, max_keys=100, buffer_limit=50, native=True)
+    clock = iter(range(0, 10**15, 10**9)).__next__  # one second per call that samples
+    tracker = ResidencyTracker(clock_ns=clock, rate=1.0, max_keys=100, buffer_limit=50,
+                               native=True)
     tracker.born(range(10_000))
     assert tracker.tracked == 100  # the newest 100 births
-    tracker.evicted(range(10_000))
+    assert tracker._core.counts() == (100, 9_900)  # the forgotten ones are counted
+    for key in range(9_900, 10_000):
+        tracker.evicted([key])
     stays, gaps = tracker.drain()
-    assert len(stays) == 50 and gaps == []  # the ring keeps the newest 50
+    assert stays == [float(s) for s in range(51, 101)] and gaps == []  # the newest 50
     assert tracker.tracked == 0 and tracker.drain() == ([], [])
+
+
+@pytest.mark.parametrize("native", [pytest.param(True, marks=native_only), False])
+def test_bounds_are_checked_alike_on_both_paths(native) -> None:
+    for bad in ({"max_keys": 0}, {"max_keys": 2**30 + 1}, {"buffer_limit": 0},
+                {"buffer_limit": 2**61 + 1}, {"rate": 0.0}, {"rate": 1.5}):
+        with pytest.raises(ConfigError, match="residency"):
+            ResidencyTracker(native=native, **bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("native", [pytest.param(True, marks=native_only), False])
+def test_the_clock_is_read_only_for_sampled_keys_and_a_failing_one_changes_nothing(
+        native) -> None:
+    clock = SteppingClock(0)
+    tracker = ResidencyTracker(clock_ns=clock, rate=1 / 16, native=native)
+    unsampled = [key for key in range(2000) if hash((key,)) & 0xFFFF >= 4096][:50]
+    tracker.born([])
+    tracker.born(unsampled)
+    tracker.evicted(unsampled)
+    assert clock.reads == 0 and tracker.tracked == 0
+
+    def broken() -> int:
+        raise RuntimeError("clock down")
+
+    sampled = [key for key in range(2000) if hash((key,)) & 0xFFFF < 4096][:3]
+    tracker.clock_ns = broken
+    with pytest.raises(RuntimeError, match="clock down"):
+        tracker.born(sampled)
+    assert tracker.tracked == 0 and tracker.drain() == ([], [])
+
+
+@native_only
+def test_a_core_whose_clock_holds_its_owner_is_collected() -> None:
+    class Simulation:
+        def __init__(self) -> None:
+            self.now = 0
+            self.tracker = ResidencyTracker(clock_ns=self.clock, rate=1.0, native=True)
+
+        def clock(self) -> int:
+            return self.now
+
+    sim = Simulation()
+    sim.tracker.born(["a"])
+    gone = weakref.ref(sim)
+    del sim
+    gc.collect()
+    assert gone() is None  # sim -> tracker -> core -> clock -> sim: a cycle the GC sees
+
+
+@native_only
+def test_a_key_whose_hash_changes_the_list_is_no_crash() -> None:
+    from kvobs.kernels._ext import native
+
+    keys: list[object] = []
+
+    class Meddling:
+        def __hash__(self) -> int:
+            keys.clear()  # runs Python code in the middle of the C loop
+            return 7
+
+    tracker = ResidencyTracker(rate=1.0, native=True)
+    profile = ReuseProfile(capacity_blocks=8, rate=1.0)
+    assert profile.native
+    for call in (tracker.born, tracker.reused, tracker.evicted,
+                 native.ThrashCore(16).offloaded, tracker.sample, profile.reference):
+        keys[:] = [Meddling(), "b", "c", "d"]
+        call(keys)  # sees the list as it is after the hash: no freed memory is read
+    with pytest.raises(RuntimeError, match="not initialised"):
+        native.ThrashCore.__new__(native.ThrashCore).offloaded(["a"])
+    with pytest.raises(RuntimeError, match="not initialised"):
+        native.ResidencyCore.__new__(native.ResidencyCore).born(["a"])
 
 
 @native_only
@@ -103,7 +192,10 @@ def test_bad_keys_and_clocks_are_clean_errors_in_c() -> None:
     with pytest.raises(TypeError):
         tracker.born(42)  # not a collection of keys
     tracker.clock_ns = lambda: "soon"  # type: ignore[assignment, return-value]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="int nanoseconds"):
+        tracker.born(["a"])
+    tracker.clock_ns = lambda: 2**70  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="int nanoseconds"):
         tracker.born(["a"])
     with pytest.raises(TypeError, match="clock must be None"):
         tracker._core.clock = 5
