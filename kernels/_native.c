@@ -808,48 +808,82 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     return self->tuple_hash_ok < 0 ? -1 : 0;
 }
 
+static int sample_hash_ok = -1; /* check_tuple_hash(), once */
+
+/* The 64-bit hashes of `keys` (any iterable), in order, into *out (`stack`, room for
+ * KEY_STACK_KEYS, or malloc'd: the caller frees it when it is not `stack`): hash(key) of
+ * every key, or with `sampled` hash((key,)) of the keys whose bits & mask < threshold.
+ * The count, or -1 with an exception set. Shared by sample_bits and the thrash and
+ * residency cores. */
+#define KEY_STACK_KEYS 64
+
+static Py_ssize_t hash_keys(PyObject *keys, int sampled, uint64_t threshold, uint64_t mask,
+                            uint64_t *stack, uint64_t **out)
+{
+    if (sampled && sample_hash_ok < 0 && (sample_hash_ok = check_tuple_hash()) < 0)
+        return -1;
+    PyObject *fast = PySequence_Fast(keys, "keys must be an iterable of hashable block keys");
+    if (fast == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), count = 0;
+    uint64_t *bits = n <= KEY_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
+    if (bits == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *key;
+    for (Py_ssize_t i = 0; i < n && (key = fast_item(fast, i)) != NULL; i++) {
+        Py_hash_t h;
+        int failed;
+        if (sampled) {
+            failed = key_tuple_hash(key, sample_hash_ok, &h) < 0;
+        } else {
+            h = PyObject_Hash(key);
+            failed = h == -1 && PyErr_Occurred();
+        }
+        Py_DECREF(key);
+        if (failed) {
+            if (bits != stack)
+                PyMem_Free(bits);
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (!sampled || ((uint64_t)h & mask) < threshold)
+            bits[count++] = (uint64_t)h;
+    }
+    Py_DECREF(fast);
+    *out = bits;
+    return count; /* with every key: fewer than n only if a __hash__ shortened the list */
+}
+
 /* sample_bits(threshold, mask, keys) -> [hash((key,)) for key in keys if that & mask <
  * threshold]: the keyed trackers' sampling (kvobs.residency), in one call instead of a
  * tuple and a hash per key in Python. Exactly Python's values (signed), so a tracker
  * keys its tables alike with or without the extension. The keys come last so that a
  * functools.partial over the two settings is the tracker's sampler, called with no
  * Python frame. */
-static int sample_hash_ok = -1; /* check_tuple_hash(), once */
-
 static PyObject *sample_bits(PyObject *unused, PyObject *args)
 {
     PyObject *keys;
     unsigned long long threshold, mask;
     if (!PyArg_ParseTuple(args, "KKO", &threshold, &mask, &keys))
         return NULL;
-    if (sample_hash_ok < 0 && (sample_hash_ok = check_tuple_hash()) < 0)
+    uint64_t stack[KEY_STACK_KEYS], *bits;
+    Py_ssize_t n = hash_keys(keys, 1, threshold, mask, stack, &bits);
+    if (n < 0)
         return NULL;
-    PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
-    if (fast == NULL)
-        return NULL;
-    PyObject *picked = PyList_New(0);
-    PyObject *key;
-    for (Py_ssize_t i = 0; picked != NULL && (key = fast_item(fast, i)) != NULL; i++) {
-        Py_hash_t h;
-        int failed = key_tuple_hash(key, sample_hash_ok, &h) < 0;
-        Py_DECREF(key);
-        if (failed)
-            goto fail;
-        if (((uint64_t)h & mask) >= threshold)
-            continue;
-        PyObject *v = PyLong_FromSsize_t(h);
-        if (v == NULL || PyList_Append(picked, v) < 0) {
-            Py_XDECREF(v);
-            goto fail;
-        }
-        Py_DECREF(v);
+    PyObject *picked = PyList_New(n);
+    for (Py_ssize_t i = 0; picked != NULL && i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t((Py_ssize_t)bits[i]); /* Python's signed value */
+        if (v == NULL)
+            Py_CLEAR(picked);
+        else
+            PyList_SET_ITEM(picked, i, v);
     }
-    Py_DECREF(fast);
+    if (bits != stack)
+        PyMem_Free(bits);
     return picked;
-fail:
-    Py_DECREF(fast);
-    Py_XDECREF(picked);
-    return NULL;
 }
 
 /* ---- block pool walk (kvobs.adapters.vllm.block_pool) ---------------------------------
@@ -1175,40 +1209,6 @@ typedef struct {
     long long window_ns;  /* onloaded's default window */
 } ThrashCore;
 
-/* The 64-bit hashes of `keys` (any iterable), in order, into *out (stack or malloc'd:
- * the caller frees it when it is not `stack`); the count, or -1 with an exception set. */
-#define THRASH_STACK_KEYS 64
-
-static Py_ssize_t thrash_hash_keys(PyObject *keys, uint64_t *stack, uint64_t **out)
-{
-    PyObject *fast = PySequence_Fast(keys, "keys must be an iterable of hashable block keys");
-    if (fast == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    uint64_t *bits = n <= THRASH_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
-    if (bits == NULL) {
-        Py_DECREF(fast);
-        PyErr_NoMemory();
-        return -1;
-    }
-    PyObject *key;
-    Py_ssize_t i = 0;
-    for (; i < n && (key = fast_item(fast, i)) != NULL; i++) {
-        Py_hash_t h = PyObject_Hash(key);
-        Py_DECREF(key);
-        if (h == -1 && PyErr_Occurred()) {
-            if (bits != stack)
-                PyMem_Free(bits);
-            Py_DECREF(fast);
-            return -1;
-        }
-        bits[i] = (uint64_t)h;
-    }
-    Py_DECREF(fast);
-    *out = bits;
-    return i; /* fewer than n if a key's __hash__ shortened the list */
-}
-
 static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
 {
     PyObject *keys;
@@ -1217,10 +1217,10 @@ static PyObject *thrash_offloaded(ThrashCore *self, PyObject *args)
         return NULL;
     if (PyTuple_GET_SIZE(args) < 2) /* no time given (a simulation's may be negative) */
         now = monotonic_ns();
-    uint64_t stack[THRASH_STACK_KEYS], *bits;
+    uint64_t stack[KEY_STACK_KEYS], *bits;
     if (!lru_ready(&self->lru, "ThrashCore"))
         return NULL;
-    Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
+    Py_ssize_t n = hash_keys(keys, 0, 0, 0, stack, &bits);
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1240,10 +1240,10 @@ static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
         return NULL;
     if (PyTuple_GET_SIZE(args) < 2) /* no time given (a simulation's may be negative) */
         now = monotonic_ns();
-    uint64_t stack[THRASH_STACK_KEYS], *bits;
+    uint64_t stack[KEY_STACK_KEYS], *bits;
     if (!lru_ready(&self->lru, "ThrashCore"))
         return NULL;
-    Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
+    Py_ssize_t n = hash_keys(keys, 0, 0, 0, stack, &bits);
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1266,10 +1266,10 @@ static PyObject *thrash_onloaded(ThrashCore *self, PyObject *args)
 
 static PyObject *thrash_evicted(ThrashCore *self, PyObject *keys)
 {
-    uint64_t stack[THRASH_STACK_KEYS], *bits;
+    uint64_t stack[KEY_STACK_KEYS], *bits;
     if (!lru_ready(&self->lru, "ThrashCore"))
         return NULL;
-    Py_ssize_t n = thrash_hash_keys(keys, stack, &bits);
+    Py_ssize_t n = hash_keys(keys, 0, 0, 0, stack, &bits);
     if (n < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1422,30 +1422,11 @@ static PyObject *residency_event(ResidencyCore *self, PyObject *keys, int what)
 {
     if (!lru_ready(&self->lru, "ResidencyCore"))
         return NULL;
-    if (sample_hash_ok < 0 && (sample_hash_ok = check_tuple_hash()) < 0)
+    uint64_t stack[KEY_STACK_KEYS], *picked;
+    Py_ssize_t count = hash_keys(keys, 1, self->threshold, self->mask, stack, &picked);
+    if (count < 0)
         return NULL;
-    PyObject *fast = PySequence_Fast(keys, "keys must be an iterable of hashable block keys");
-    if (fast == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    uint64_t stack[THRASH_STACK_KEYS];
-    uint64_t *picked = n <= THRASH_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
     PyObject *result = NULL;
-    if (picked == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t count = 0;
-    PyObject *key;
-    for (Py_ssize_t i = 0; i < n && (key = fast_item(fast, i)) != NULL; i++) {
-        Py_hash_t h;
-        int failed = key_tuple_hash(key, sample_hash_ok, &h) < 0;
-        Py_DECREF(key);
-        if (failed)
-            goto done;
-        if (((uint64_t)h & self->mask) < self->threshold)
-            picked[count++] = (uint64_t)h;
-    }
     if (count) {
         long long now;
         if (self->clock == NULL || self->clock == Py_None) {
@@ -1490,7 +1471,6 @@ static PyObject *residency_event(ResidencyCore *self, PyObject *keys, int what)
 done:
     if (picked != stack)
         PyMem_Free(picked);
-    Py_DECREF(fast);
     return result;
 }
 

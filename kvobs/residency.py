@@ -55,9 +55,9 @@ class ResidencyTracker:
     With the C extension (``native``, the default where it was built) the bookkeeping
     lives in ``ResidencyCore``: :meth:`born` / :meth:`reused` / :meth:`evicted` are the
     core's own methods, one C call per keyed event that samples, reads the clock only
-    when it picked a key, and updates its table (measured in a real vLLM scheduler step:
-    a keyed host store costs about 1.5 us in place instead of about 6 us through the
-    Python path's sampling call and method). The pure-Python path is the fallback
+    when it picked a key, and updates its table (measured in a real vLLM scheduler step,
+    in a keyed host store: about 1.15 us in place, against about 3 us for the Python
+    path's sampling call and method). The pure-Python path is the fallback
     (``native=False``), and tests hold the two to the same samples.
     """
 
