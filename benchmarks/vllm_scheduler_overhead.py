@@ -44,6 +44,8 @@ as a module (it drives the real-loop test bed, ``tests.engines.vllm033.vllm_engi
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -52,6 +54,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,19 +177,40 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
     }
 
 
-def reader_costs(running: int, steps: int, warmup: int) -> list[tuple[str, float, float]]:
-    """``(reader, calls per step, us per call)`` of every adapter reader, timed in place."""
-    import dataclasses
-
+@contextlib.contextmanager
+def _readers_replaced(replace: Callable[[str, Any], Any]) -> Iterator[None]:
+    """While it lasts, every adapter hook table the scheduler is instrumented from (the
+    pool's promoting ``cache_full_blocks`` included) holds ``replace(name, reader)`` in
+    place of each before / after reader (``name``: ``"<module>.<method> before"``)."""
     from kvobs.adapters.vllm import block_pool, connector, lookups, offloading
     from kvobs.adapters.vllm import steps as step_timing
 
+    def replaced(module: Any, hook: Any) -> Any:
+        short = module.__name__.rsplit(".", 1)[-1]
+        return dataclasses.replace(
+            hook, before=hook.before and replace(f"{short}.{hook.method} before", hook.before),
+            after=hook.after and replace(f"{short}.{hook.method} after", hook.after))
+
+    tables = [(module, "SPEC") for module in (block_pool, connector, lookups, offloading,
+                                              step_timing)] + [(block_pool, "CACHE_FULL_PROMOTING")]
+    saved = [getattr(module, name) for module, name in tables]
+    try:
+        for (module, name), table in zip(tables, saved, strict=True):
+            setattr(module, name, replaced(module, table) if name != "SPEC" else
+                    dataclasses.replace(table, hooks=tuple(replaced(module, hook)
+                                                           for hook in table.hooks)))
+        yield
+    finally:
+        for (module, name), table in zip(tables, saved, strict=True):
+            setattr(module, name, table)
+
+
+def reader_costs(running: int, steps: int, warmup: int) -> list[tuple[str, float, float]]:
+    """``(reader, calls per step, us per call)`` of every adapter reader, timed in place."""
     spent: dict[str, list[int]] = {}
     clock = time.perf_counter_ns
 
     def shim(name: str, reader: Any) -> Any:
-        if reader is None:
-            return None
         tally = spent.setdefault(name, [0, 0])
 
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -199,36 +223,19 @@ def reader_costs(running: int, steps: int, warmup: int) -> list[tuple[str, float
 
         return timed
 
-    def timed_hook(module: Any, hook: Any) -> Any:
-        short = module.__name__.rsplit(".", 1)[-1]
-        return dataclasses.replace(hook, before=shim(f"{short}.{hook.method} before", hook.before),
-                                   after=shim(f"{short}.{hook.method} after", hook.after))
-
-    # every hook table the adapters install from, the pool's promoting variant included
-    tables = [(module, "SPEC") for module in (block_pool, connector, lookups, offloading,
-                                              step_timing)] + [(block_pool, "CACHE_FULL_PROMOTING")]
-    saved = [getattr(module, name) for module, name in tables]
-    try:
-        for (module, name), table in zip(tables, saved, strict=True):
-            setattr(module, name, timed_hook(module, table) if name != "SPEC" else
-                    dataclasses.replace(table, hooks=tuple(timed_hook(module, hook)
-                                                           for hook in table.hooks)))
-        empty = shim("(empty)", lambda: None)
-        with tempfile.TemporaryDirectory() as tmp:
-            workload, _ = build(Path(tmp), "kvobs", running, instrumented=True)
-            workload.steps(warmup)
-            for tally in spent.values():
-                tally[:] = [0, 0]
-            gc.disable()
-            try:
-                workload.steps(steps)
-                for _ in range(steps * 10):
-                    empty()
-            finally:
-                gc.enable()
-    finally:
-        for (module, name), table in zip(tables, saved, strict=True):
-            setattr(module, name, table)
+    empty = shim("(empty)", lambda: None)
+    with _readers_replaced(shim), tempfile.TemporaryDirectory() as tmp:
+        workload, _ = build(Path(tmp), "kvobs", running, instrumented=True)
+        workload.steps(warmup)
+        for tally in spent.values():
+            tally[:] = [0, 0]
+        gc.disable()
+        try:
+            workload.steps(steps)
+            for _ in range(steps * 10):
+                empty()
+        finally:
+            gc.enable()
     empty_ns, empty_calls = spent.pop("(empty)")
     own = empty_ns / empty_calls
     return sorted(((name, calls / steps, (ns / calls - own) / 1e3)
@@ -247,38 +254,13 @@ def _resolve(root: Any, path: str) -> Any:
     return root
 
 
-def _noop_readers() -> Any:
-    """Patch every adapter hook table so that each before / after reader does nothing
-    (the wrappers, ``when`` gates and ``count=`` hooks stay): the floor of wrapping."""
-    import contextlib
-    import dataclasses
-
-    from kvobs.adapters.vllm import block_pool, connector, lookups, offloading
-    from kvobs.adapters.vllm import steps as step_timing
-
+def _nothing(name: str, reader: Any) -> Callable[..., None]:
+    """A no-op in place of ``reader`` (:func:`_readers_replaced`): the floor of wrapping,
+    with the wrappers, ``when`` gates and ``count=`` hooks left as they are."""
     def nothing(*args: Any, **kwargs: Any) -> None:
         return None
 
-    def hollow(hook: Any) -> Any:
-        return dataclasses.replace(hook, before=nothing if hook.before else None,
-                                   after=nothing if hook.after else None)
-
-    tables = [(module, "SPEC") for module in (block_pool, connector, lookups, offloading,
-                                              step_timing)] + [(block_pool, "CACHE_FULL_PROMOTING")]
-
-    @contextlib.contextmanager
-    def patched() -> Any:
-        saved = [getattr(module, name) for module, name in tables]
-        try:
-            for (module, name), table in zip(tables, saved, strict=True):
-                setattr(module, name, hollow(table) if name != "SPEC" else dataclasses.replace(
-                    table, hooks=tuple(hollow(hook) for hook in table.hooks)))
-            yield
-        finally:
-            for (module, name), table in zip(tables, saved, strict=True):
-                setattr(module, name, table)
-
-    return patched()
+    return nothing
 
 
 def method_costs(running: int, rounds: int, steps: int,
@@ -298,7 +280,7 @@ def method_costs(running: int, rounds: int, steps: int,
         workloads: dict[str, Workload] = {}
         for name in names:
             if name == "hooks":
-                with _noop_readers():
+                with _readers_replaced(_nothing):
                     workloads[name], _ = build(Path(tmp), name, running, instrumented=True)
             else:
                 workloads[name], _ = build(Path(tmp), name, running,
