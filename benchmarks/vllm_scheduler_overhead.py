@@ -56,6 +56,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import MemberDescriptorType
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -263,13 +264,42 @@ def _nothing(name: str, reader: Any) -> Callable[..., None]:
     return nothing
 
 
-def method_costs(running: int, rounds: int, steps: int,
-                 warmup: int) -> list[tuple[str, float, float, float, float]]:
+@contextlib.contextmanager
+def _python_counters() -> Iterator[None]:
+    """While it lasts, recorders build their tiers and links on the pure-Python event
+    counters (``PyTierCore`` / ``PyLinkCore``, as where the extension is not built), the
+    rest of kvobs as it is: an in-place A/B of the C counters."""
+    from kvobs import recorder
+
+    def twin(cls: type, core: type) -> type:
+        body = {name: value for name, value in vars(cls).items()
+                if name not in ("__dict__", "__weakref__")
+                and not isinstance(value, MemberDescriptorType)}
+        return type(cls.__name__, (core,), body)
+
+    saved = recorder.TierRecorder, recorder.LinkRecorder
+    setattr(recorder, "TierRecorder", twin(saved[0], recorder.PyTierCore))  # noqa: B010
+    setattr(recorder, "LinkRecorder", twin(saved[1], recorder.PyLinkCore))  # noqa: B010
+    try:
+        yield
+    finally:
+        for name, cls in zip(("TierRecorder", "LinkRecorder"), saved, strict=True):
+            setattr(recorder, name, cls)
+
+
+#: What ``--methods`` sets beside plain and kvobs: the wrappers with no-op readers (their
+#: floor), or kvobs on its pure-Python event counters (the C counters' A/B).
+VERSUS = {"hooks": lambda: _readers_replaced(_nothing), "python-counters": _python_counters}
+
+
+def method_costs(running: int, rounds: int, steps: int, warmup: int,
+                 versus: str = "hooks") -> list[tuple[str, float, float, float, float]]:
     """Per wrapped engine method, in place: ``(method, calls per step, plain us/call, kvobs
-    us/call, hooks-only us/call)``, from three schedulers driven alike in interleaved
+    us/call, versus us/call)``, from three schedulers driven alike in interleaved
     rounds: not instrumented, instrumented, and instrumented with every reader a no-op
-    (what the wrappers alone cost). Each method's time is exclusive of the wrapped methods
-    it calls, so the rows add up. The scheduler's own ``schedule`` /
+    (what the wrappers alone cost; ``versus="python-counters"``: instrumented on the
+    pure-Python event counters instead). Each method's time is exclusive of the wrapped
+    methods it calls, so the rows add up. The scheduler's own ``schedule`` /
     ``update_from_output`` (step timing's hooks, which hold the whole step) are left out:
     ``--readers`` times their readers. The no-op readers are Python functions, so for a
     hook whose reader is in C (``cache_full_blocks``) the floor includes a Python call
@@ -280,7 +310,7 @@ def method_costs(running: int, rounds: int, steps: int,
         workloads: dict[str, Workload] = {}
         for name in names:
             if name == "hooks":
-                with _readers_replaced(_nothing):
+                with VERSUS[versus]():
                     workloads[name], _ = build(Path(tmp), name, running, instrumented=True)
             else:
                 workloads[name], _ = build(Path(tmp), name, running,
@@ -339,15 +369,13 @@ def method_costs(running: int, rounds: int, steps: int,
         if len(set(counts.values())) > 1:  # the same workload makes the same calls
             raise RuntimeError(f"{path}.{method} was called unequally: {counts}")
     total_steps = rounds * steps
-    rows = []
+    rows: list[tuple[str, float, float, float, float]] = []
     for path, method in wrapped:
-        per_call = []
-        for name in names:
-            ns, calls = spent[(name, path, method)]
-            per_call.append(ns / calls / 1e3 if calls else 0.0)
-        calls = spent[("kvobs", path, method)][1] / total_steps
+        plain, kvobs, third = (ns / calls / 1e3 if calls else 0.0
+                               for ns, calls in (spent[(name, path, method)] for name in names))
+        per_step = spent[("kvobs", path, method)][1] / total_steps
         owner = path.rsplit(".", 1)[-1] or "scheduler"
-        rows.append((f"{owner}.{method}", calls, *per_call))
+        rows.append((f"{owner}.{method}", per_step, plain, kvobs, third))
     return sorted(rows, key=lambda row: -row[1] * (row[3] - row[2]))
 
 
@@ -413,19 +441,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", action="store_true",
                         help="time each wrapped engine method in place instead: plain, "
                              "instrumented, and with no-op readers (the wrappers' floor)")
+    parser.add_argument("--versus", choices=sorted(VERSUS), default="hooks",
+                        help="--methods' third scheduler: no-op readers (hooks), or kvobs on "
+                             "its pure-Python event counters (python-counters)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.methods:
-        method_rows = method_costs(args.running, args.rounds, args.steps, args.warmup)
+        method_rows = method_costs(args.running, args.rounds, args.steps, args.warmup,
+                                   args.versus)
+        third = "hooks" if args.versus == "hooks" else "py-cnt"
         if args.json:
             print(json.dumps([{"method": n, "calls_per_step": round(c, 3), "plain_us": round(p, 2),
-                               "kvobs_us": round(k, 2), "hooks_only_us": round(h, 2)}
+                               "kvobs_us": round(k, 2), f"{args.versus}_us": round(h, 2)}
                               for n, c, p, k, h in method_rows]))
             return 0
-        print("us per call in place (plain, kvobs, kvobs with no-op readers), then us added "
-              "per step")
+        print("us per call in place (plain, kvobs, " + (
+            "kvobs with no-op readers" if third == "hooks" else
+            "kvobs on its pure-Python event counters") + "), then us added per step")
         print(f"{'wrapped method':44s} {'calls/step':>10s} {'plain':>7s} {'kvobs':>7s} "
-              f"{'hooks':>7s} {'kvobs':>8s} {'hooks':>8s}")
+              f"{third:>7s} {'kvobs':>8s} {third:>8s}")
         for name, calls, plain, kvobs, hooks in method_rows:
             if calls:
                 print(f"{name:44s} {calls:10.2f} {plain:7.2f} {kvobs:7.2f} {hooks:7.2f} "
@@ -433,8 +467,10 @@ def main(argv: list[str] | None = None) -> int:
         added = sum(c * (k - p) for _, c, p, k, _ in method_rows)
         floor = sum(c * (h - p) for _, c, p, _, h in method_rows)
         print(f"added inside wrapped methods, in place, {args.running} running requests: "
-              f"{added:.1f} us per step, of which the wrappers with no-op readers (their "
-              f"floor) {floor:.1f} us")
+              f"{added:.1f} us per step; " + (
+                  f"of which the wrappers with no-op readers (their floor) {floor:.1f} us"
+                  if third == "hooks" else
+                  f"on the pure-Python event counters {floor:.1f} us"))
         return 0
     if args.readers:
         rows = reader_costs(args.running, args.rounds * args.steps, args.warmup)

@@ -667,15 +667,12 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
  * the cache misses of a call's keys overlap instead of following one another. */
 #define REUSE_STACK_KEYS 64
 
-static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
+/* Sample and profile `keys` (counted, or written); -1 with an exception set on failure. */
+static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
 {
-    PyObject *keys;
-    int counted = 1;
-    if (!PyArg_ParseTuple(args, "O|p", &keys, &counted))
-        return NULL;
     PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
     if (fast == NULL)
-        return NULL;
+        return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), m = 0;
     if (counted)
         self->total += n;
@@ -683,7 +680,8 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
     uint64_t *picked = n <= REUSE_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
     if (picked == NULL) {
         Py_DECREF(fast);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        return -1;
     }
     for (Py_ssize_t i = 0; i < n && i < 8; i++)
         __builtin_prefetch(PySequence_Fast_GET_ITEM(fast, i));
@@ -710,12 +708,46 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
     if (picked != stack)
         PyMem_Free(picked);
     Py_DECREF(fast);
-    Py_RETURN_NONE;
+    return 0;
 fail:
     if (picked != stack)
         PyMem_Free(picked);
     Py_DECREF(fast);
-    return NULL;
+    return -1;
+}
+
+static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
+{
+    PyObject *keys;
+    int counted = 1;
+    if (!PyArg_ParseTuple(args, "O|p", &keys, &counted))
+        return NULL;
+    return reuse_record(self, keys, counted) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* written_then_reference(written, keys): the blocks written since the last lookup (a list,
+ * emptied in place, even when a key fails), then a lookup's keys, counted: one call where
+ * the recorder made two and copied the list (kvobs.recorder.Recorder.lookup). */
+static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *args,
+                                              Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError,
+                            "written_then_reference() takes 2 arguments (%zd given)", nargs);
+    PyObject *written = args[0];
+    if (!PyList_Check(written))
+        return PyErr_Format(PyExc_TypeError, "written_then_reference(): written must be a "
+                            "list, not %.100s", Py_TYPE(written)->tp_name);
+    if (PyList_GET_SIZE(written) && reuse_record(self, written, 0) < 0) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        (void)PyList_SetSlice(written, 0, PY_SSIZE_T_MAX, NULL);
+        PyErr_Restore(type, value, traceback);  /* the key's error, whatever clearing said */
+        return NULL;
+    }
+    if (PyList_SetSlice(written, 0, PY_SSIZE_T_MAX, NULL) < 0)
+        return NULL;
+    return reuse_record(self, args[1], 1) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
@@ -953,6 +985,9 @@ static PyObject *walk_slots(PyObject *unused, PyObject *args)
 static PyMethodDef reuse_methods[] = {
     {"reference", (PyCFunction)reuse_reference, METH_VARARGS,
      "reference(keys, counted=True): sample and profile block keys."},
+    {"written_then_reference", (PyCFunction)(void (*)(void))reuse_written_then_reference,
+     METH_FASTCALL, "written_then_reference(written, keys): written blocks (the list is "
+     "emptied), then a lookup's keys."},
     {"counts", (PyCFunction)reuse_counts, METH_NOARGS,
      "Sampled counted references per bucket (the last: beyond every bound, cold)."},
     {"stats", (PyCFunction)reuse_stats, METH_NOARGS,
@@ -1609,6 +1644,447 @@ static PyTypeObject ResidencyCoreType = {
     .tp_getset = residency_getset,
 };
 
+/* ---- a tier's event counters (kvobs.recorder.TierRecorder) --------------------------------
+ *
+ * TierCore: the base of kvobs.recorder.TierRecorder where the extension is built (the
+ * pure-Python twin is kvobs.recorder.PyTierCore; tests/core/test_tier_core.py holds the two
+ * to the same counts and the same keyed calls). The event methods of kvobs.events.TierEvents
+ * in C: an adapter's reader then pays a C call per event, not a Python frame.
+ *     allocate(n=1, keys=None)   allocations += n; keys -> residency.born(keys)
+ *     free(n=1, cached=False)    frees_to_cache or frees_to_free += n
+ *     reuse(n=1, keys=None)      reuses += n; keys -> thrash.onloaded, residency.reused
+ *     store(n=1, keys=None)      stores += n; keys -> thrash.offloaded, residency.born
+ *     evict(n=1, reason="capacity", keys=None)
+ *                                keys -> thrash.evicted, residency.evicted; then
+ *                                evictions_capacity += n, or evictions[reason] += n
+ *                                (evictions["other"] for a reason it does not hold)
+ * Counts are C long long (n: any int, or an object with __index__); thrash and residency
+ * are None or objects with those methods, set by the subclass.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    long long allocations, frees_to_cache, frees_to_free, reuses, stores, evictions_capacity;
+    PyObject *evictions, *thrash, *residency;
+} TierCore;
+
+static PyObject *s_n, *s_keys, *s_cached, *s_reason, *s_capacity, *s_other, *s_born,
+    *s_reused, *s_evicted, *s_offloaded, *s_onloaded, *s_one;
+
+/* The arguments of a METH_FASTCALL | METH_KEYWORDS call, by position or by name, into
+ * out[0..n-1] (NULL where not given); -1 with TypeError set for too many, unknown or
+ * repeated arguments. names[] are interned: a keyword is matched by pointer first. */
+static int fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargsf,
+                     PyObject *kwnames, PyObject *const *names, int n, PyObject **out)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n,
+                     nargs);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, k);
+        int found = -1;
+        for (int i = 0; i < n && found < 0; i++)
+            if (kw == names[i])
+                found = i;
+        for (int i = 0; i < n && found < 0; i++)
+            if (PyUnicode_Compare(kw, names[i]) == 0)
+                found = i;
+        if (found < 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", fname,
+                         kw);
+            return -1;
+        }
+        if (out[found] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument %R", fname,
+                         kw);
+            return -1;
+        }
+        out[found] = args[nargs + k];
+    }
+    return 0;
+}
+
+/* *field += n (1 when n was not given); -1 with TypeError set when n is no int. */
+static inline int count_add(long long *field, PyObject *n)
+{
+    if (n == NULL) {
+        *field += 1;
+        return 0;
+    }
+    long long v = PyLong_AsLongLong(n);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *field += v;
+    return 0;
+}
+
+/* owner.<method>(keys) where owner is set (not None); -1 with its exception on failure. */
+static inline int keyed_call(PyObject *owner, PyObject *method, PyObject *keys)
+{
+    if (owner == NULL || owner == Py_None)
+        return 0;
+    PyObject *call[2] = {owner, keys};
+    PyObject *r = PyObject_VectorcallMethod(method, call, 2, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static inline int given(PyObject *keys) { return keys != NULL && keys != Py_None; }
+
+static PyObject *tier_allocate(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                               PyObject *kwnames)
+{
+    PyObject *const names[] = {s_n, s_keys};
+    PyObject *a[2];
+    if (fast_args("allocate", args, nargsf, kwnames, names, 2, a) < 0 ||
+        count_add(&self->allocations, a[0]) < 0)
+        return NULL;
+    if (given(a[1]) && keyed_call(self->residency, s_born, a[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tier_free(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                           PyObject *kwnames)
+{
+    PyObject *const names[] = {s_n, s_cached};
+    PyObject *a[2];
+    if (fast_args("free", args, nargsf, kwnames, names, 2, a) < 0)
+        return NULL;
+    int cached = a[1] == NULL ? 0 : PyObject_IsTrue(a[1]);
+    if (cached < 0 || count_add(cached ? &self->frees_to_cache : &self->frees_to_free, a[0]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tier_reuse(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                            PyObject *kwnames)
+{
+    PyObject *const names[] = {s_n, s_keys};
+    PyObject *a[2];
+    if (fast_args("reuse", args, nargsf, kwnames, names, 2, a) < 0 ||
+        count_add(&self->reuses, a[0]) < 0)
+        return NULL;
+    if (given(a[1]) && (keyed_call(self->thrash, s_onloaded, a[1]) < 0 ||
+                        keyed_call(self->residency, s_reused, a[1]) < 0))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tier_store(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                            PyObject *kwnames)
+{
+    PyObject *const names[] = {s_n, s_keys};
+    PyObject *a[2];
+    if (fast_args("store", args, nargsf, kwnames, names, 2, a) < 0 ||
+        count_add(&self->stores, a[0]) < 0)
+        return NULL;
+    if (given(a[1]) && (keyed_call(self->thrash, s_offloaded, a[1]) < 0 ||
+                        keyed_call(self->residency, s_born, a[1]) < 0))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tier_evict(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                            PyObject *kwnames)
+{
+    PyObject *const names[] = {s_n, s_reason, s_keys};
+    PyObject *a[3];
+    if (fast_args("evict", args, nargsf, kwnames, names, 3, a) < 0)
+        return NULL;
+    if (given(a[2]) && (keyed_call(self->thrash, s_evicted, a[2]) < 0 ||
+                        keyed_call(self->residency, s_evicted, a[2]) < 0))
+        return NULL;
+    PyObject *reason = a[1];
+    int capacity = reason == NULL || reason == s_capacity;
+    if (!capacity && PyUnicode_Check(reason)) {
+        capacity = PyUnicode_Compare(reason, s_capacity) == 0;
+    }
+    if (capacity)  /* the common case skips the dict */
+        return count_add(&self->evictions_capacity, a[0]) < 0 ? NULL : Py_NewRef(Py_None);
+    if (self->evictions == NULL || !PyDict_Check(self->evictions))
+        return PyErr_Format(PyExc_TypeError, "evict(): the tier's evictions are not a dict");
+    PyObject *held = PyDict_GetItemWithError(self->evictions, reason);
+    if (held == NULL) {
+        if (PyErr_Occurred())  /* an unhashable reason, as the dict says */
+            return NULL;
+        reason = s_other;
+        held = PyDict_GetItemWithError(self->evictions, reason);
+        if (held == NULL)
+            return PyErr_Occurred() ? NULL : PyErr_Format(
+                PyExc_KeyError, "evict(): the tier's evictions hold no 'other'");
+    }
+    PyObject *count = a[0] == NULL ? Py_NewRef(s_one) : PyNumber_Index(a[0]);
+    if (count == NULL)
+        return NULL;
+    PyObject *sum = PyNumber_Add(held, count);
+    Py_DECREF(count);
+    if (sum == NULL)
+        return NULL;
+    int rc = PyDict_SetItem(self->evictions, reason, sum);
+    Py_DECREF(sum);
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static int tier_traverse(TierCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->evictions);
+    Py_VISIT(self->thrash);
+    Py_VISIT(self->residency);
+    return 0;
+}
+
+static int tier_clear(TierCore *self)
+{
+    Py_CLEAR(self->evictions);
+    Py_CLEAR(self->thrash);
+    Py_CLEAR(self->residency);
+    return 0;
+}
+
+static void tier_dealloc(TierCore *self)
+{
+    PyObject_GC_UnTrack(self);
+    tier_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#define TIER_CALL(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
+
+static PyMethodDef tier_methods[] = {
+    {"allocate", TIER_CALL(tier_allocate),
+     "allocate(n=1, keys=None): n free blocks were handed to requests (free -> in use)."},
+    {"free", TIER_CALL(tier_free),
+     "free(n=1, cached=False): n blocks were released, kept as cached data if cached."},
+    {"reuse", TIER_CALL(tier_reuse),
+     "reuse(n=1, keys=None): n cached blocks were taken back into use (cached -> in use)."},
+    {"store", TIER_CALL(tier_store),
+     "store(n=1, keys=None): n blocks were written into this tier as cached data."},
+    {"evict", TIER_CALL(tier_evict),
+     "evict(n=1, reason='capacity', keys=None): n cached blocks were dropped."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef tier_members[] = {
+    {"allocations", T_LONGLONG, offsetof(TierCore, allocations), 0, NULL},
+    {"frees_to_cache", T_LONGLONG, offsetof(TierCore, frees_to_cache), 0, NULL},
+    {"frees_to_free", T_LONGLONG, offsetof(TierCore, frees_to_free), 0, NULL},
+    {"reuses", T_LONGLONG, offsetof(TierCore, reuses), 0, NULL},
+    {"stores", T_LONGLONG, offsetof(TierCore, stores), 0, NULL},
+    {"evictions_capacity", T_LONGLONG, offsetof(TierCore, evictions_capacity), 0, NULL},
+    {"evictions", T_OBJECT, offsetof(TierCore, evictions), 0,
+     "evictions by reason (a dict; 'capacity' counts in evictions_capacity)"},
+    {"thrash", T_OBJECT, offsetof(TierCore, thrash), 0, "thrash tracker fed by keyed events"},
+    {"residency", T_OBJECT, offsetof(TierCore, residency), 0,
+     "residency tracker fed by keyed events"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject TierCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.TierCore",
+    .tp_basicsize = sizeof(TierCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A tier's event counters (the base of kvobs.recorder.TierRecorder).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)tier_dealloc,
+    .tp_traverse = (traverseproc)tier_traverse,
+    .tp_clear = (inquiry)tier_clear,
+    .tp_methods = tier_methods,
+    .tp_members = tier_members,
+};
+
+/* ---- a transfer link's event counters (kvobs.recorder.LinkRecorder) -----------------------
+ *
+ * LinkCore: the base of kvobs.recorder.LinkRecorder where the extension is built (the
+ * pure-Python twin is kvobs.recorder.PyLinkCore, held to the same counts by
+ * tests/core/test_tier_core.py). The kvobs.events.LinkEvents methods in C:
+ *     transfer(blocks, nbytes, seconds=None)  operations += 1, blocks, bytes += ...;
+ *                                             timed(seconds) where seconds is given
+ *     completed(blocks, nbytes, seconds)      transfer, as kvobs.kernels names it
+ *     timed(seconds)                          seconds += ...; sample(seconds)
+ *     sample(seconds)                         seconds into durations (a deque) while it
+ *                                             holds fewer than buffer_limit, else
+ *                                             dropped_samples += 1
+ *     add_seconds(seconds)                    seconds += ... (no sample)
+ *     fail(blocks, nbytes=0) / failed         failures += blocks
+ *     drop(blocks)                            drops += blocks
+ */
+
+typedef struct {
+    PyObject_HEAD
+    long long operations, blocks, bytes, failures, drops, dropped_samples;
+    double seconds;
+    Py_ssize_t buffer_limit;
+    PyObject *durations;
+} LinkCore;
+
+static PyObject *s_blocks, *s_nbytes, *s_seconds, *s_append;
+
+/* durations.append(seconds) below buffer_limit, else one dropped sample. */
+static int link_sample_one(LinkCore *self, PyObject *seconds)
+{
+    if (self->durations == NULL || self->durations == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "sample(): the link's durations are not set");
+        return -1;
+    }
+    Py_ssize_t held = PyObject_Size(self->durations);
+    if (held < 0)
+        return -1;
+    if (held >= self->buffer_limit) {
+        self->dropped_samples++;
+        return 0;
+    }
+    PyObject *call[2] = {self->durations, seconds};
+    PyObject *r = PyObject_VectorcallMethod(s_append, call, 2, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int link_timed_one(LinkCore *self, PyObject *seconds)
+{
+    double s = PyFloat_AsDouble(seconds);
+    if (s == -1.0 && PyErr_Occurred())
+        return -1;
+    self->seconds += s;
+    return link_sample_one(self, seconds);
+}
+
+static PyObject *link_transfer(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                               PyObject *kwnames)
+{
+    PyObject *const names[] = {s_blocks, s_nbytes, s_seconds};
+    PyObject *a[3];
+    if (fast_args("transfer", args, nargsf, kwnames, names, 3, a) < 0)
+        return NULL;
+    if (a[0] == NULL || a[1] == NULL)
+        return PyErr_Format(PyExc_TypeError, "transfer() missing required argument '%s'",
+                            a[0] == NULL ? "blocks" : "nbytes");
+    long long blocks = PyLong_AsLongLong(a[0]);
+    if (blocks == -1 && PyErr_Occurred())
+        return NULL;
+    long long nbytes = PyLong_AsLongLong(a[1]);
+    if (nbytes == -1 && PyErr_Occurred())
+        return NULL;
+    self->operations++;
+    self->blocks += blocks;
+    self->bytes += nbytes;
+    if (given(a[2]) && link_timed_one(self, a[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *link_timed(LinkCore *self, PyObject *seconds)
+{
+    return link_timed_one(self, seconds) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *link_sample(LinkCore *self, PyObject *seconds)
+{
+    return link_sample_one(self, seconds) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *link_add_seconds(LinkCore *self, PyObject *seconds)
+{
+    double s = PyFloat_AsDouble(seconds);
+    if (s == -1.0 && PyErr_Occurred())
+        return NULL;
+    self->seconds += s;
+    Py_RETURN_NONE;
+}
+
+static PyObject *link_fail(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                           PyObject *kwnames)
+{
+    PyObject *const names[] = {s_blocks, s_nbytes};
+    PyObject *a[2];
+    if (fast_args("fail", args, nargsf, kwnames, names, 2, a) < 0)
+        return NULL;
+    if (a[0] == NULL)
+        return PyErr_Format(PyExc_TypeError, "fail() missing required argument 'blocks'");
+    return count_add(&self->failures, a[0]) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *link_drop(LinkCore *self, PyObject *blocks)
+{
+    return count_add(&self->drops, blocks) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static int link_traverse(LinkCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->durations);
+    return 0;
+}
+
+static int link_clear(LinkCore *self)
+{
+    Py_CLEAR(self->durations);
+    return 0;
+}
+
+static void link_dealloc(LinkCore *self)
+{
+    PyObject_GC_UnTrack(self);
+    link_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef link_methods[] = {
+    {"transfer", TIER_CALL(link_transfer),
+     "transfer(blocks, nbytes, seconds=None): a batch landed, in seconds if timed."},
+    {"completed", TIER_CALL(link_transfer),
+     "completed(blocks, nbytes, seconds): transfer, as kvobs.kernels.link names it."},
+    {"timed", (PyCFunction)link_timed, METH_O,
+     "timed(seconds): one transfer took seconds (device time where there is a device)."},
+    {"sample", (PyCFunction)link_sample, METH_O,
+     "sample(seconds): a duration sample alone (its seconds summed elsewhere)."},
+    {"add_seconds", (PyCFunction)link_add_seconds, METH_O,
+     "add_seconds(seconds): seconds spent moving, summed over transfers (no sample)."},
+    {"fail", TIER_CALL(link_fail), "fail(blocks, nbytes=0): a batch failed to move."},
+    {"failed", TIER_CALL(link_fail), "failed(blocks, nbytes=0): fail, as kvobs.kernels names it."},
+    {"drop", (PyCFunction)link_drop, METH_O,
+     "drop(blocks): distinct blocks refused because the destination tier was full."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef link_members[] = {
+    {"operations", T_LONGLONG, offsetof(LinkCore, operations), 0, NULL},
+    {"blocks", T_LONGLONG, offsetof(LinkCore, blocks), 0, NULL},
+    {"bytes", T_LONGLONG, offsetof(LinkCore, bytes), 0, NULL},
+    {"failures", T_LONGLONG, offsetof(LinkCore, failures), 0, NULL},
+    {"drops", T_LONGLONG, offsetof(LinkCore, drops), 0, NULL},
+    {"dropped_samples", T_LONGLONG, offsetof(LinkCore, dropped_samples), 0, NULL},
+    {"seconds", T_DOUBLE, offsetof(LinkCore, seconds), 0, NULL},
+    {"buffer_limit", T_PYSSIZET, offsetof(LinkCore, buffer_limit), 0, NULL},
+    {"durations", T_OBJECT, offsetof(LinkCore, durations), 0,
+     "duration samples waiting for collection (a deque)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject LinkCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.LinkCore",
+    .tp_basicsize = sizeof(LinkCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A transfer link's event counters (the base of kvobs.recorder.LinkRecorder).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)link_dealloc,
+    .tp_traverse = (traverseproc)link_traverse,
+    .tp_clear = (inquiry)link_clear,
+    .tp_methods = link_methods,
+    .tp_members = link_members,
+};
+
 /* ---- vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool) -------------------
  *
  * cache_full_after(inst, before, result, request, blocks, num_cached_blocks,
@@ -1795,7 +2271,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     if (PyType_Ready(&ReuseCoreType) < 0 || PyType_Ready(&ThrashCoreType) < 0 ||
-        PyType_Ready(&ResidencyCoreType) < 0)
+        PyType_Ready(&ResidencyCoreType) < 0 || PyType_Ready(&TierCoreType) < 0 ||
+        PyType_Ready(&LinkCoreType) < 0)
         return NULL;
     if (!(s_block_hash = PyUnicode_InternFromString("_block_hash")) ||
         !(s_hashes_gained = PyUnicode_InternFromString("hashes_gained")) ||
@@ -1804,7 +2281,23 @@ PyMODINIT_FUNC PyInit__native(void)
         !(s_hash_size = PyUnicode_InternFromString("hash_size")) ||
         !(s_rec = PyUnicode_InternFromString("rec")) ||
         !(s_num_prompt_tokens = PyUnicode_InternFromString("num_prompt_tokens")) ||
-        !(s_block_hashes = PyUnicode_InternFromString("block_hashes")))
+        !(s_block_hashes = PyUnicode_InternFromString("block_hashes")) ||
+        !(s_n = PyUnicode_InternFromString("n")) ||
+        !(s_keys = PyUnicode_InternFromString("keys")) ||
+        !(s_cached = PyUnicode_InternFromString("cached")) ||
+        !(s_reason = PyUnicode_InternFromString("reason")) ||
+        !(s_capacity = PyUnicode_InternFromString("capacity")) ||
+        !(s_other = PyUnicode_InternFromString("other")) ||
+        !(s_born = PyUnicode_InternFromString("born")) ||
+        !(s_reused = PyUnicode_InternFromString("reused")) ||
+        !(s_evicted = PyUnicode_InternFromString("evicted")) ||
+        !(s_offloaded = PyUnicode_InternFromString("offloaded")) ||
+        !(s_onloaded = PyUnicode_InternFromString("onloaded")) ||
+        !(s_one = PyLong_FromLong(1)) ||
+        !(s_blocks = PyUnicode_InternFromString("blocks")) ||
+        !(s_nbytes = PyUnicode_InternFromString("nbytes")) ||
+        !(s_seconds = PyUnicode_InternFromString("seconds")) ||
+        !(s_append = PyUnicode_InternFromString("append")))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1824,6 +2317,18 @@ PyMODINIT_FUNC PyInit__native(void)
     Py_INCREF(&ResidencyCoreType);
     if (PyModule_AddObject(m, "ResidencyCore", (PyObject *)&ResidencyCoreType) < 0) {
         Py_DECREF(&ResidencyCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&TierCoreType);
+    if (PyModule_AddObject(m, "TierCore", (PyObject *)&TierCoreType) < 0) {
+        Py_DECREF(&TierCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&LinkCoreType);
+    if (PyModule_AddObject(m, "LinkCore", (PyObject *)&LinkCoreType) < 0) {
+        Py_DECREF(&LinkCoreType);
         Py_DECREF(m);
         return NULL;
     }

@@ -154,6 +154,11 @@ class ReuseProfile:
         #: call, the C core's own method where it runs (no Python frame per lookup).
         self.record: Callable[[Sequence[Hashable], bool], None] = \
             self._core.reference if self._core is not None else self._record
+        #: ``written_then_reference(written, keys)``: the blocks written since the last
+        #: lookup (a list, emptied), then a lookup's keys; one C call where the core runs.
+        self.written_then_reference: Callable[[list[Hashable], Sequence[Hashable]], None] = \
+            self._core.written_then_reference if self._core is not None \
+            else self._written_then_reference
         # the pure-Python state (unused with the C core)
         self._counts = [0] * (len(self.bounds) + 1)  # sampled references per bucket; last: +Inf
         self._last: OrderedDict[int, int] = OrderedDict()  # sampled key -> latest slot
@@ -178,6 +183,14 @@ class ReuseProfile:
         ``PYTHONHASHSEED``; the estimate does not depend on it.
         """
         self.record(keys, True)
+
+    def _written_then_reference(self, written: list[Hashable],
+                                keys: Sequence[Hashable]) -> None:
+        if written:
+            taken = written[:]
+            written.clear()
+            self._record(taken, False)
+        self._record(keys, True)
 
     def _record(self, keys: Sequence[Hashable], counted: bool) -> None:
         if counted:

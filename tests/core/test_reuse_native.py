@@ -72,3 +72,34 @@ def test_c_core_is_exact_against_the_lru_oracle_with_writes() -> None:
     for bound in profile.bounds:
         assert profile.hit_ratio(bound) == pytest.approx(
             exact_lru_event_hit_ratio(events, bound), abs=1e-12)
+
+
+@pytest.mark.parametrize("native_core", [True, False])
+def test_written_then_reference_is_a_write_then_a_reference(native_core: bool) -> None:
+    """The recorder's one call per keyed lookup (the blocks written since, then the
+    prompt) counts as the two calls it replaces, and empties the written list."""
+    references = zipf(20_000, 4_000, 0.9, seed=7)
+    one_call = ReuseProfile(500, rate=0.5, native=native_core)
+    two_calls = ReuseProfile(500, rate=0.5, native=False)
+    rnd = random.Random(8)
+    for start in range(0, len(references), 40):
+        cut = start + rnd.randrange(0, 40)
+        written, keys = references[start:cut], references[cut:start + 40]
+        pending = list(written)
+        one_call.written_then_reference(pending, keys)
+        assert pending == []
+        two_calls.write(written)
+        two_calls.reference(keys)
+    assert one_call._stats() == two_calls._stats() and one_call.counts() == two_calls.counts()
+
+
+def test_written_then_reference_errors_are_clean_and_the_list_is_emptied() -> None:
+    profile = ReuseProfile(64, rate=1.0)
+    pending: list = [b"a", ["unhashable"], b"b"]
+    with pytest.raises(TypeError, match="unhashable"):
+        profile.written_then_reference(pending, [b"c"])
+    assert pending == [] and profile.references == 0  # the lookup after it never counted
+    with pytest.raises(TypeError, match="written must be a list"):
+        profile.written_then_reference((b"a",), [b"c"])
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        profile.written_then_reference([])
