@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from types import MemberDescriptorType, MethodDescriptorType
 
 import pytest
 from structlog.testing import capture_logs
 
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
-from kvobs.recorder import Recorder
+from kvobs.recorder import PyTierCore, Recorder, TierRecorder
 from kvobs.testing import Conformance
 
 
@@ -94,6 +95,41 @@ def test_count_hooks_get_the_engine_signature_and_engine_errors_pass_through():
     with pytest.raises(MemoryError, match="pool exhausted"):
         pool.get_new_blocks(5)
     assert rec.snapshot().tier("gpu").allocations == 1  # a failed engine call counts nothing
+
+
+@pytest.mark.parametrize("counters", ["native", "python"])
+def test_a_count_hook_counts_on_either_event_counters(counters: str) -> None:
+    """The generated count calls a C tier's event method, or adds to a Python tier's
+    counter: the same counts, by position or keyword."""
+    if counters == "native" and not isinstance(TierRecorder.allocate, MethodDescriptorType):
+        pytest.skip("the C extension is not built here")
+    tier_class = TierRecorder if counters == "native" else type(
+        "TierRecorder", (PyTierCore,), {name: value for name, value in vars(TierRecorder).items()
+                                        if name not in ("__dict__", "__weakref__")
+                                        and not isinstance(value, MemberDescriptorType)})
+    rec, pool, tier = Recorder(), Pool(8), tier_class("gpu", 8, 16, 64)
+    instrument(pool, SPEC, lambda active: Instrumentation(pool, SPEC.component, active, rec,
+                                                          tier))
+    pool.get_new_blocks(3)
+    pool.get_new_blocks(num_blocks=2)
+    assert tier.allocations == 5 and rec.snapshot().errors == {}
+
+
+def test_a_count_the_c_counters_cannot_add_is_an_error_not_an_exception() -> None:
+    if not isinstance(TierRecorder.allocate, MethodDescriptorType):
+        pytest.skip("the C extension is not built here")
+
+    class LaxPool:
+        def get_new_blocks(self, num_blocks):
+            return [0] * int(num_blocks)
+
+    rec, pool = Recorder(), LaxPool()
+    tier = rec.add_tier("gpu", 8, 16, 64)
+    spec = AdapterSpec("test.lax", ("LaxPool",), (SPEC.hooks[0],))
+    instrument(pool, spec, lambda active: Instrumentation(pool, spec.component, active, rec,
+                                                          tier))
+    assert pool.get_new_blocks(2.0) == [0, 0]  # the engine's result, untouched
+    assert tier.allocations == 0 and rec.snapshot().errors == {"test.lax": 1}
 
 
 def test_a_failing_reader_is_counted_and_the_engine_result_is_untouched():
