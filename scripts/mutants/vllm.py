@@ -18,7 +18,7 @@ def mutants() -> list[Mutant]:
     lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
               "disk_hit=min(disk, left - host),")
     relookup = "rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit="
-    generated = '                  f"        tier.{field} += {hook.count}\\n"'
+    generated = '            f"tier.{field} += {hook.count}"'  # the Python tier's add
     return [
         # the GPU tier (BlockPool): allocate through the generated counting wrapper
         Mutant("gpu.allocate(get_new_blocks):doubled", "kvobs/adapters/_hooks.py", generated,
