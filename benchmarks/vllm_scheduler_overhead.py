@@ -268,7 +268,9 @@ def _nothing(name: str, reader: Any) -> Callable[..., None]:
 def _python_counters() -> Iterator[None]:
     """While it lasts, recorders build their tiers and links on the pure-Python event
     counters (``PyTierCore`` / ``PyLinkCore``, as where the extension is not built), the
-    rest of kvobs as it is: an in-place A/B of the C counters."""
+    rest of kvobs as it is: an in-place A/B of the C counters. Every tier and link a
+    recorder hands out changes; the adapters' placeholders for a part they leave inactive
+    (built from the classes they imported by name) keep the C ones, and count nothing."""
     from kvobs import recorder
 
     def twin(cls: type, core: type) -> type:

@@ -726,8 +726,8 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
 }
 
 /* written_then_reference(written, keys): the blocks written since the last lookup (a list,
- * emptied in place, even when a key fails), then a lookup's keys, counted: one call where
- * the recorder made two and copied the list (kvobs.recorder.Recorder.lookup). */
+ * taken and emptied first, even when a key fails), then a lookup's keys, counted: one call
+ * where the recorder made two, with a Python frame (kvobs.recorder.Recorder.lookup). */
 static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *args,
                                               Py_ssize_t nargs)
 {
@@ -738,15 +738,18 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
     if (!PyList_Check(written))
         return PyErr_Format(PyExc_TypeError, "written_then_reference(): written must be a "
                             "list, not %.100s", Py_TYPE(written)->tp_name);
-    if (PyList_GET_SIZE(written) && reuse_record(self, written, 0) < 0) {
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        (void)PyList_SetSlice(written, 0, PY_SSIZE_T_MAX, NULL);
-        PyErr_Restore(type, value, traceback);  /* the key's error, whatever clearing said */
-        return NULL;
+    if (PyList_GET_SIZE(written)) {
+        /* Taken, then emptied, then recorded (as the Python twin): keys written while the
+         * call runs (a key's __hash__, another thread then) wait for the next lookup. */
+        PyObject *taken = PyList_GetSlice(written, 0, PY_SSIZE_T_MAX);
+        if (taken == NULL)
+            return NULL;
+        int failed = PyList_SetSlice(written, 0, PyList_GET_SIZE(taken), NULL) < 0 ||
+                     reuse_record(self, taken, 0) < 0;
+        Py_DECREF(taken);
+        if (failed)
+            return NULL;
     }
-    if (PyList_SetSlice(written, 0, PY_SSIZE_T_MAX, NULL) < 0)
-        return NULL;
     return reuse_record(self, args[1], 1) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -1647,7 +1650,7 @@ static PyTypeObject ResidencyCoreType = {
 /* ---- a tier's event counters (kvobs.recorder.TierRecorder) --------------------------------
  *
  * TierCore: the base of kvobs.recorder.TierRecorder where the extension is built (the
- * pure-Python twin is kvobs.recorder.PyTierCore; tests/core/test_tier_core.py holds the two
+ * pure-Python twin is kvobs.recorder.PyTierCore; tests/core/test_counters_native.py holds the two
  * to the same counts and the same keyed calls). The event methods of kvobs.events.TierEvents
  * in C: an adapter's reader then pays a C call per event, not a Python frame.
  *     allocate(n=1, keys=None)   allocations += n; keys -> residency.born(keys)
@@ -1710,27 +1713,40 @@ static int fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargsf
     return 0;
 }
 
-/* *field += n (1 when n was not given); -1 with TypeError set when n is no int. */
+/* *field += n (1 when n was not given); -1 with TypeError set when n is no int, or
+ * OverflowError when the sum leaves 64 bits (the field unchanged). */
 static inline int count_add(long long *field, PyObject *n)
 {
-    if (n == NULL) {
-        *field += 1;
-        return 0;
+    long long v = 1;
+    if (n != NULL) {
+        v = PyLong_AsLongLong(n);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
     }
-    long long v = PyLong_AsLongLong(n);
-    if (v == -1 && PyErr_Occurred())
+    if (__builtin_add_overflow(*field, v, field)) {
+        *field -= v; /* __builtin_add_overflow stored the wrapped sum */
+        PyErr_SetString(PyExc_OverflowError, "a kvobs counter would leave 64 bits");
         return -1;
-    *field += v;
+    }
     return 0;
 }
 
-/* owner.<method>(keys) where owner is set (not None); -1 with its exception on failure. */
-static inline int keyed_call(PyObject *owner, PyObject *method, PyObject *keys)
+/* owner.<method>(keys) where owner is not None, held for the call (the call may run
+ * Python code that replaces the tier's tracker); -1 with its exception on failure, or
+ * AttributeError where the tracker was deleted (as the Python twin's slot read says). */
+static inline int keyed_call(PyObject *owner, const char *what, PyObject *method,
+                             PyObject *keys)
 {
-    if (owner == NULL || owner == Py_None)
+    if (owner == NULL) {
+        PyErr_Format(PyExc_AttributeError, "the tier's %s is not set", what);
+        return -1;
+    }
+    if (owner == Py_None)
         return 0;
+    Py_INCREF(owner);
     PyObject *call[2] = {owner, keys};
     PyObject *r = PyObject_VectorcallMethod(method, call, 2, NULL);
+    Py_DECREF(owner);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -1747,7 +1763,7 @@ static PyObject *tier_allocate(TierCore *self, PyObject *const *args, Py_ssize_t
     if (fast_args("allocate", args, nargsf, kwnames, names, 2, a) < 0 ||
         count_add(&self->allocations, a[0]) < 0)
         return NULL;
-    if (given(a[1]) && keyed_call(self->residency, s_born, a[1]) < 0)
+    if (given(a[1]) && keyed_call(self->residency, "residency", s_born, a[1]) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1773,8 +1789,8 @@ static PyObject *tier_reuse(TierCore *self, PyObject *const *args, Py_ssize_t na
     if (fast_args("reuse", args, nargsf, kwnames, names, 2, a) < 0 ||
         count_add(&self->reuses, a[0]) < 0)
         return NULL;
-    if (given(a[1]) && (keyed_call(self->thrash, s_onloaded, a[1]) < 0 ||
-                        keyed_call(self->residency, s_reused, a[1]) < 0))
+    if (given(a[1]) && (keyed_call(self->thrash, "thrash", s_onloaded, a[1]) < 0 ||
+                        keyed_call(self->residency, "residency", s_reused, a[1]) < 0))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1787,8 +1803,8 @@ static PyObject *tier_store(TierCore *self, PyObject *const *args, Py_ssize_t na
     if (fast_args("store", args, nargsf, kwnames, names, 2, a) < 0 ||
         count_add(&self->stores, a[0]) < 0)
         return NULL;
-    if (given(a[1]) && (keyed_call(self->thrash, s_offloaded, a[1]) < 0 ||
-                        keyed_call(self->residency, s_born, a[1]) < 0))
+    if (given(a[1]) && (keyed_call(self->thrash, "thrash", s_offloaded, a[1]) < 0 ||
+                        keyed_call(self->residency, "residency", s_born, a[1]) < 0))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1800,38 +1816,48 @@ static PyObject *tier_evict(TierCore *self, PyObject *const *args, Py_ssize_t na
     PyObject *a[3];
     if (fast_args("evict", args, nargsf, kwnames, names, 3, a) < 0)
         return NULL;
-    if (given(a[2]) && (keyed_call(self->thrash, s_evicted, a[2]) < 0 ||
-                        keyed_call(self->residency, s_evicted, a[2]) < 0))
+    if (given(a[2]) && (keyed_call(self->thrash, "thrash", s_evicted, a[2]) < 0 ||
+                        keyed_call(self->residency, "residency", s_evicted, a[2]) < 0))
         return NULL;
     PyObject *reason = a[1];
     int capacity = reason == NULL || reason == s_capacity;
-    if (!capacity && PyUnicode_Check(reason)) {
-        capacity = PyUnicode_Compare(reason, s_capacity) == 0;
-    }
+    if (!capacity && (capacity = PyObject_RichCompareBool(reason, s_capacity, Py_EQ)) < 0)
+        return NULL;
     if (capacity)  /* the common case skips the dict */
         return count_add(&self->evictions_capacity, a[0]) < 0 ? NULL : Py_NewRef(Py_None);
-    if (self->evictions == NULL || !PyDict_Check(self->evictions))
-        return PyErr_Format(PyExc_TypeError, "evict(): the tier's evictions are not a dict");
-    PyObject *held = PyDict_GetItemWithError(self->evictions, reason);
-    if (held == NULL) {
-        if (PyErr_Occurred())  /* an unhashable reason, as the dict says */
-            return NULL;
-        reason = s_other;
-        held = PyDict_GetItemWithError(self->evictions, reason);
-        if (held == NULL)
-            return PyErr_Occurred() ? NULL : PyErr_Format(
-                PyExc_KeyError, "evict(): the tier's evictions hold no 'other'");
-    }
+    /* Python code may run below (the reason's __hash__ / __eq__, n's __index__): every
+     * object used across it is held here, never borrowed from the tier. */
     PyObject *count = a[0] == NULL ? Py_NewRef(s_one) : PyNumber_Index(a[0]);
     if (count == NULL)
         return NULL;
-    PyObject *sum = PyNumber_Add(held, count);
+    PyObject *evictions = self->evictions, *sum = NULL;
+    if (evictions == NULL || !PyDict_Check(evictions)) {
+        PyErr_SetString(evictions == NULL ? PyExc_AttributeError : PyExc_TypeError,
+                        "evict(): the tier's evictions are not set to a dict");
+        goto done;
+    }
+    Py_INCREF(evictions);
+    PyObject *held = PyDict_GetItemWithError(evictions, reason);
+    if (held == NULL && !PyErr_Occurred()) {  /* a reason it does not hold: other */
+        reason = s_other;
+        held = PyDict_GetItemWithError(evictions, reason);
+        if (held == NULL && !PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "evict(): the tier's evictions hold no 'other'");
+    }
+    if (held != NULL) {
+        Py_INCREF(held);
+        sum = PyNumber_Add(held, count);
+        Py_DECREF(held);
+        if (sum != NULL && PyDict_SetItem(evictions, reason, sum) < 0)
+            Py_CLEAR(sum);
+    }
+    Py_DECREF(evictions);
+done:
     Py_DECREF(count);
     if (sum == NULL)
         return NULL;
-    int rc = PyDict_SetItem(self->evictions, reason, sum);
     Py_DECREF(sum);
-    return rc < 0 ? NULL : Py_NewRef(Py_None);
+    Py_RETURN_NONE;
 }
 
 static int tier_traverse(TierCore *self, visitproc visit, void *arg)
@@ -1860,31 +1886,61 @@ static void tier_dealloc(TierCore *self)
 #define TIER_CALL(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
 static PyMethodDef tier_methods[] = {
-    {"allocate", TIER_CALL(tier_allocate),
-     "allocate(n=1, keys=None): n free blocks were handed to requests (free -> in use)."},
-    {"free", TIER_CALL(tier_free),
-     "free(n=1, cached=False): n blocks were released, kept as cached data if cached."},
-    {"reuse", TIER_CALL(tier_reuse),
-     "reuse(n=1, keys=None): n cached blocks were taken back into use (cached -> in use)."},
-    {"store", TIER_CALL(tier_store),
-     "store(n=1, keys=None): n blocks were written into this tier as cached data."},
+    {"allocate", TIER_CALL(tier_allocate), "allocate($self, /, n=1, keys=None)\n--\n\n"
+     "n free blocks were handed to requests (free -> in use)."},
+    {"free", TIER_CALL(tier_free), "free($self, /, n=1, cached=False)\n--\n\n"
+     "n blocks were released: kept as cached data if cached, else emptied."},
+    {"reuse", TIER_CALL(tier_reuse), "reuse($self, /, n=1, keys=None)\n--\n\n"
+     "n cached blocks were taken back into use by a prefix hit (cached -> in use)."},
+    {"store", TIER_CALL(tier_store), "store($self, /, n=1, keys=None)\n--\n\n"
+     "n blocks were written into this tier as cached data (free -> cached)."},
     {"evict", TIER_CALL(tier_evict),
-     "evict(n=1, reason='capacity', keys=None): n cached blocks were dropped."},
+     "evict($self, /, n=1, reason='capacity', keys=None)\n--\n\n"
+     "n cached blocks were dropped (cached -> free); unknown reasons count as other."},
     {NULL, NULL, 0, NULL},
 };
 
+/* The counters as attributes: ints that fit in 64 bits. A failed assignment leaves the
+ * counter as it was (a plain T_LONGLONG member would store -1 first), and none can be
+ * deleted. The closure is the field's offset. */
+static PyObject *counter_get(PyObject *self, void *offset)
+{
+    return PyLong_FromLongLong(*(long long *)((char *)self + (size_t)offset));
+}
+
+static int counter_set(PyObject *self, PyObject *value, void *offset)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "a kvobs counter cannot be deleted");
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *(long long *)((char *)self + (size_t)offset) = v;
+    return 0;
+}
+
+#define COUNTER(type, field) \
+    {#field, counter_get, counter_set, NULL, (void *)offsetof(type, field)}
+
+static PyGetSetDef tier_getset[] = {
+    COUNTER(TierCore, allocations),
+    COUNTER(TierCore, frees_to_cache),
+    COUNTER(TierCore, frees_to_free),
+    COUNTER(TierCore, reuses),
+    COUNTER(TierCore, stores),
+    COUNTER(TierCore, evictions_capacity),
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef tier_members[] = {
-    {"allocations", T_LONGLONG, offsetof(TierCore, allocations), 0, NULL},
-    {"frees_to_cache", T_LONGLONG, offsetof(TierCore, frees_to_cache), 0, NULL},
-    {"frees_to_free", T_LONGLONG, offsetof(TierCore, frees_to_free), 0, NULL},
-    {"reuses", T_LONGLONG, offsetof(TierCore, reuses), 0, NULL},
-    {"stores", T_LONGLONG, offsetof(TierCore, stores), 0, NULL},
-    {"evictions_capacity", T_LONGLONG, offsetof(TierCore, evictions_capacity), 0, NULL},
-    {"evictions", T_OBJECT, offsetof(TierCore, evictions), 0,
+    {"evictions", T_OBJECT_EX, offsetof(TierCore, evictions), 0,
      "evictions by reason (a dict; 'capacity' counts in evictions_capacity)"},
-    {"thrash", T_OBJECT, offsetof(TierCore, thrash), 0, "thrash tracker fed by keyed events"},
-    {"residency", T_OBJECT, offsetof(TierCore, residency), 0,
-     "residency tracker fed by keyed events"},
+    {"thrash", T_OBJECT_EX, offsetof(TierCore, thrash), 0,
+     "thrash tracker fed by keyed events, or None"},
+    {"residency", T_OBJECT_EX, offsetof(TierCore, residency), 0,
+     "residency tracker fed by keyed events, or None"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1900,13 +1956,14 @@ static PyTypeObject TierCoreType = {
     .tp_clear = (inquiry)tier_clear,
     .tp_methods = tier_methods,
     .tp_members = tier_members,
+    .tp_getset = tier_getset,
 };
 
 /* ---- a transfer link's event counters (kvobs.recorder.LinkRecorder) -----------------------
  *
  * LinkCore: the base of kvobs.recorder.LinkRecorder where the extension is built (the
  * pure-Python twin is kvobs.recorder.PyLinkCore, held to the same counts by
- * tests/core/test_tier_core.py). The kvobs.events.LinkEvents methods in C:
+ * tests/core/test_counters_native.py). The kvobs.events.LinkEvents methods in C:
  *     transfer(blocks, nbytes, seconds=None)  operations += 1, blocks, bytes += ...;
  *                                             timed(seconds) where seconds is given
  *     completed(blocks, nbytes, seconds)      transfer, as kvobs.kernels names it
@@ -1932,23 +1989,26 @@ static PyObject *s_blocks, *s_nbytes, *s_seconds, *s_append;
 /* durations.append(seconds) below buffer_limit, else one dropped sample. */
 static int link_sample_one(LinkCore *self, PyObject *seconds)
 {
-    if (self->durations == NULL || self->durations == Py_None) {
-        PyErr_SetString(PyExc_TypeError, "sample(): the link's durations are not set");
+    PyObject *durations = self->durations; /* held: its __len__ may replace it */
+    if (durations == NULL || durations == Py_None) {
+        PyErr_SetString(PyExc_AttributeError, "sample(): the link's durations are not set");
         return -1;
     }
-    Py_ssize_t held = PyObject_Size(self->durations);
-    if (held < 0)
-        return -1;
-    if (held >= self->buffer_limit) {
+    Py_INCREF(durations);
+    int rc = 0;
+    Py_ssize_t held = PyObject_Size(durations);
+    if (held < 0) {
+        rc = -1;
+    } else if (held >= self->buffer_limit) {
         self->dropped_samples++;
-        return 0;
+    } else {
+        PyObject *call[2] = {durations, seconds};
+        PyObject *r = PyObject_VectorcallMethod(s_append, call, 2, NULL);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
     }
-    PyObject *call[2] = {self->durations, seconds};
-    PyObject *r = PyObject_VectorcallMethod(s_append, call, 2, NULL);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
+    Py_DECREF(durations);
+    return rc;
 }
 
 static int link_timed_one(LinkCore *self, PyObject *seconds)
@@ -1960,46 +2020,86 @@ static int link_timed_one(LinkCore *self, PyObject *seconds)
     return link_sample_one(self, seconds);
 }
 
-static PyObject *link_transfer(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
-                               PyObject *kwnames)
+/* transfer / completed: a batch landed (timed where seconds is given and not None). The
+ * counts move only once every argument was read (a bad one changes nothing). */
+static PyObject *link_landed(LinkCore *self, const char *fname, int need_seconds,
+                             PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
     PyObject *const names[] = {s_blocks, s_nbytes, s_seconds};
     PyObject *a[3];
-    if (fast_args("transfer", args, nargsf, kwnames, names, 3, a) < 0)
+    if (fast_args(fname, args, nargsf, kwnames, names, 3, a) < 0)
         return NULL;
-    if (a[0] == NULL || a[1] == NULL)
-        return PyErr_Format(PyExc_TypeError, "transfer() missing required argument '%s'",
-                            a[0] == NULL ? "blocks" : "nbytes");
-    long long blocks = PyLong_AsLongLong(a[0]);
-    if (blocks == -1 && PyErr_Occurred())
+    for (int i = 0; i < 2 + need_seconds; i++)
+        if (a[i] == NULL)
+            return PyErr_Format(PyExc_TypeError, "%s() missing required argument %R", fname,
+                                names[i]);
+    long long blocks = PyLong_AsLongLong(a[0]), nbytes = 0;
+    if ((blocks == -1 && PyErr_Occurred()) ||
+        ((nbytes = PyLong_AsLongLong(a[1])) == -1 && PyErr_Occurred()))
         return NULL;
-    long long nbytes = PyLong_AsLongLong(a[1]);
-    if (nbytes == -1 && PyErr_Occurred())
-        return NULL;
-    self->operations++;
-    self->blocks += blocks;
-    self->bytes += nbytes;
+    long long operations, moved, sized;
+    if (__builtin_add_overflow(self->operations, 1, &operations) ||
+        __builtin_add_overflow(self->blocks, blocks, &moved) ||
+        __builtin_add_overflow(self->bytes, nbytes, &sized))
+        return PyErr_Format(PyExc_OverflowError, "%s(): a kvobs counter would leave 64 bits",
+                            fname);
+    self->operations = operations;
+    self->blocks = moved;
+    self->bytes = sized;
     if (given(a[2]) && link_timed_one(self, a[2]) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
-static PyObject *link_timed(LinkCore *self, PyObject *seconds)
+static PyObject *link_transfer(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                               PyObject *kwnames)
 {
-    return link_timed_one(self, seconds) < 0 ? NULL : Py_NewRef(Py_None);
+    return link_landed(self, "transfer", 0, args, nargsf, kwnames);
 }
 
-static PyObject *link_sample(LinkCore *self, PyObject *seconds)
+static PyObject *link_completed(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                                PyObject *kwnames)
 {
-    return link_sample_one(self, seconds) < 0 ? NULL : Py_NewRef(Py_None);
+    return link_landed(self, "completed", 1, args, nargsf, kwnames);
 }
 
-static PyObject *link_add_seconds(LinkCore *self, PyObject *seconds)
+/* The one argument `name` of fname(name), by position or keyword; NULL with TypeError. */
+static PyObject *one_arg(const char *fname, PyObject *name, PyObject *const *args,
+                         Py_ssize_t nargsf, PyObject *kwnames)
 {
-    double s = PyFloat_AsDouble(seconds);
-    if (s == -1.0 && PyErr_Occurred())
+    PyObject *const names[] = {name};
+    PyObject *a[1];
+    if (fast_args(fname, args, nargsf, kwnames, names, 1, a) < 0)
         return NULL;
-    self->seconds += s;
+    if (a[0] == NULL)
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument %R", fname, name);
+    return a[0];
+}
+
+static PyObject *link_timed(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                            PyObject *kwnames)
+{
+    PyObject *seconds = one_arg("timed", s_seconds, args, nargsf, kwnames);
+    return seconds == NULL || link_timed_one(self, seconds) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *link_sample(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                             PyObject *kwnames)
+{
+    PyObject *seconds = one_arg("sample", s_seconds, args, nargsf, kwnames);
+    return seconds == NULL || link_sample_one(self, seconds) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *link_add_seconds(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                                  PyObject *kwnames)
+{
+    PyObject *seconds = one_arg("add_seconds", s_seconds, args, nargsf, kwnames);
+    if (seconds == NULL)
+        return NULL;
+    double v = PyFloat_AsDouble(seconds);
+    if (v == -1.0 && PyErr_Occurred())
+        return NULL;
+    self->seconds += v;
     Py_RETURN_NONE;
 }
 
@@ -2015,9 +2115,11 @@ static PyObject *link_fail(LinkCore *self, PyObject *const *args, Py_ssize_t nar
     return count_add(&self->failures, a[0]) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-static PyObject *link_drop(LinkCore *self, PyObject *blocks)
+static PyObject *link_drop(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                           PyObject *kwnames)
 {
-    return count_add(&self->drops, blocks) < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *blocks = one_arg("drop", s_blocks, args, nargsf, kwnames);
+    return blocks == NULL || count_add(&self->drops, blocks) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static int link_traverse(LinkCore *self, visitproc visit, void *arg)
@@ -2040,33 +2142,74 @@ static void link_dealloc(LinkCore *self)
 }
 
 static PyMethodDef link_methods[] = {
-    {"transfer", TIER_CALL(link_transfer),
-     "transfer(blocks, nbytes, seconds=None): a batch landed, in seconds if timed."},
-    {"completed", TIER_CALL(link_transfer),
-     "completed(blocks, nbytes, seconds): transfer, as kvobs.kernels.link names it."},
-    {"timed", (PyCFunction)link_timed, METH_O,
-     "timed(seconds): one transfer took seconds (device time where there is a device)."},
-    {"sample", (PyCFunction)link_sample, METH_O,
-     "sample(seconds): a duration sample alone (its seconds summed elsewhere)."},
-    {"add_seconds", (PyCFunction)link_add_seconds, METH_O,
-     "add_seconds(seconds): seconds spent moving, summed over transfers (no sample)."},
-    {"fail", TIER_CALL(link_fail), "fail(blocks, nbytes=0): a batch failed to move."},
-    {"failed", TIER_CALL(link_fail), "failed(blocks, nbytes=0): fail, as kvobs.kernels names it."},
-    {"drop", (PyCFunction)link_drop, METH_O,
-     "drop(blocks): distinct blocks refused because the destination tier was full."},
+    {"transfer", TIER_CALL(link_transfer), "transfer($self, /, blocks, nbytes, seconds=None)\n"
+     "--\n\nA batch of blocks (nbytes bytes) landed, in seconds if timed."},
+    {"completed", TIER_CALL(link_completed), "completed($self, /, blocks, nbytes, seconds)\n"
+     "--\n\ntransfer, as kvobs.kernels.link.TransferLink names it."},
+    {"timed", TIER_CALL(link_timed), "timed($self, /, seconds)\n--\n\n"
+     "One transfer took seconds (device time where there is a device)."},
+    {"sample", TIER_CALL(link_sample), "sample($self, /, seconds)\n--\n\n"
+     "A duration sample alone (its seconds summed elsewhere)."},
+    {"add_seconds", TIER_CALL(link_add_seconds), "add_seconds($self, /, seconds)\n--\n\n"
+     "Seconds spent moving, summed over transfers (no duration sample)."},
+    {"fail", TIER_CALL(link_fail), "fail($self, /, blocks, nbytes=0)\n--\n\n"
+     "A batch of blocks failed to move."},
+    {"failed", TIER_CALL(link_fail), "failed($self, /, blocks, nbytes=0)\n--\n\n"
+     "fail, as kvobs.kernels.link.TransferLink names it."},
+    {"drop", TIER_CALL(link_drop), "drop($self, /, blocks)\n--\n\n"
+     "Distinct blocks refused because the destination tier was full."},
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *seconds_get(LinkCore *self, void *unused)
+{
+    return PyFloat_FromDouble(self->seconds);
+}
+
+static int seconds_set(LinkCore *self, PyObject *value, void *unused)
+{
+    double v = value == NULL ? -1.0 : PyFloat_AsDouble(value);
+    if (value == NULL)
+        PyErr_SetString(PyExc_TypeError, "a kvobs counter cannot be deleted");
+    if (v == -1.0 && PyErr_Occurred())
+        return -1;
+    self->seconds = v;
+    return 0;
+}
+
+static PyObject *limit_get(LinkCore *self, void *unused)
+{
+    return PyLong_FromSsize_t(self->buffer_limit);
+}
+
+static int limit_set(LinkCore *self, PyObject *value, void *unused)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "buffer_limit cannot be deleted");
+        return -1;
+    }
+    Py_ssize_t v = PyLong_AsSsize_t(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    self->buffer_limit = v;
+    return 0;
+}
+
+static PyGetSetDef link_getset[] = {
+    COUNTER(LinkCore, operations),
+    COUNTER(LinkCore, blocks),
+    COUNTER(LinkCore, bytes),
+    COUNTER(LinkCore, failures),
+    COUNTER(LinkCore, drops),
+    COUNTER(LinkCore, dropped_samples),
+    {"seconds", (getter)seconds_get, (setter)seconds_set, "seconds spent moving", NULL},
+    {"buffer_limit", (getter)limit_get, (setter)limit_set,
+     "most duration samples held between collections", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef link_members[] = {
-    {"operations", T_LONGLONG, offsetof(LinkCore, operations), 0, NULL},
-    {"blocks", T_LONGLONG, offsetof(LinkCore, blocks), 0, NULL},
-    {"bytes", T_LONGLONG, offsetof(LinkCore, bytes), 0, NULL},
-    {"failures", T_LONGLONG, offsetof(LinkCore, failures), 0, NULL},
-    {"drops", T_LONGLONG, offsetof(LinkCore, drops), 0, NULL},
-    {"dropped_samples", T_LONGLONG, offsetof(LinkCore, dropped_samples), 0, NULL},
-    {"seconds", T_DOUBLE, offsetof(LinkCore, seconds), 0, NULL},
-    {"buffer_limit", T_PYSSIZET, offsetof(LinkCore, buffer_limit), 0, NULL},
-    {"durations", T_OBJECT, offsetof(LinkCore, durations), 0,
+    {"durations", T_OBJECT_EX, offsetof(LinkCore, durations), 0,
      "duration samples waiting for collection (a deque)"},
     {NULL, 0, 0, 0, NULL},
 };
@@ -2083,6 +2226,7 @@ static PyTypeObject LinkCoreType = {
     .tp_clear = (inquiry)link_clear,
     .tp_methods = link_methods,
     .tp_members = link_members,
+    .tp_getset = link_getset,
 };
 
 /* ---- vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool) -------------------

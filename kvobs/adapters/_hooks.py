@@ -391,14 +391,15 @@ def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) ->
 
 
 def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:
-    """Whether ``original`` takes exactly ``params``, positional-or-keyword, no defaults."""
+    """Whether ``original`` takes exactly ``params``, positional-or-keyword, no defaults,
+    none named as the generated code names its own variables."""
     try:
         signature = inspect.signature(original)
     except (TypeError, ValueError):
         return False
     return tuple(signature.parameters) == params and all(
         p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
-        for p in signature.parameters.values())
+        and p.name not in _GENERATED_NAMES for p in signature.parameters.values())
 
 
 def _native_event(event: Any) -> bool:
@@ -465,7 +466,8 @@ def _reiterable(hook: Hook) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple
 
 #: Names a generated wrapper uses itself (a parameter named so is not generated).
 _GENERATED_NAMES = frozenset({"original", "before", "after", "inst", "error", "component",
-                              "state", "result", "exc", "list", "isinstance"})
+                              "state", "result", "exc", "list", "isinstance", "tier",
+                              "event"})
 
 
 def _plain_params(original: Callable[..., Any]) -> list[inspect.Parameter] | None:

@@ -231,3 +231,162 @@ def test_link_drops_samples_beyond_its_buffer_and_keeps_counting() -> None:
     with pytest.raises(TypeError):
         link.timed("fast")
     assert link.operations == 5
+
+
+# -- the review's cases: Python code run from inside a C event method ------------------------
+
+@native_only
+@pytest.mark.parametrize("meddle", ["replace", "reset-held", "delete", "none"])
+def test_evict_survives_a_reason_or_count_that_changes_the_tier(meddle: str) -> None:
+    """A reason's ``__hash__`` or a count's ``__index__`` runs Python code in the middle of
+    ``evict``; whatever it does to ``tier.evictions``, the call reads only what it holds."""
+    tier = TierRecorder("gpu", 8, 16, 1)
+    tier.evictions["explicit"] = 10**12 + 7  # an int object of its own, not a cached one
+
+    class Count:
+        def __index__(self) -> int:
+            if meddle == "replace":
+                tier.evictions = {"explicit": 0, "other": 0}
+            elif meddle == "reset-held":
+                tier.evictions["explicit"] = 0
+                _ = [10**12 + i for i in range(100)]  # would reuse the freed int's memory
+            elif meddle == "delete":
+                del tier.evictions
+            else:
+                tier.evictions = None  # type: ignore[assignment]
+            return 1
+
+    if meddle in ("delete", "none"):  # the count is read first: then no dict is left
+        with pytest.raises((AttributeError, TypeError), match="evictions"):
+            tier.evict(Count(), "explicit")
+    else:
+        tier.evict(Count(), "explicit")
+        assert tier.evictions["explicit"] == 1  # counted in the dict that is there now
+
+
+@native_only
+def test_evict_survives_a_reason_whose_hash_replaces_the_dict() -> None:
+    tier = TierRecorder("gpu", 8, 16, 1)
+
+    class Reason:
+        def __hash__(self) -> int:
+            tier.evictions = {"other": 0}
+            return 12345
+
+        def __eq__(self, other: object) -> bool:
+            return False
+
+    tier.evictions = {str(i): 0 for i in range(50)} | {"other": 0}
+    tier.evict(2, Reason())  # counted as other in the dict the call began with
+    assert tier.evictions == {"other": 0}
+
+
+@native_only
+def test_a_tracker_dropped_while_its_method_runs_stays_alive_for_the_call() -> None:
+    tier = TierRecorder("gpu", 8, 16, 1)
+
+    class Owner(list):
+        born = list.extend  # a C method that runs the generator below
+
+    tier.residency = Owner()  # type: ignore[assignment]
+
+    def keys():  # type: ignore[no-untyped-def]
+        tier.residency = None
+        _ = [object() for _ in range(1000)]
+        yield from range(10_000)
+
+    tier.allocate(1, keys())
+    assert tier.allocations == 1 and tier.residency is None
+
+
+@native_only
+def test_a_link_whose_buffer_is_deleted_by_its_own_len_fails_cleanly() -> None:
+    link = LinkRecorder("gpu", "host")
+
+    class Buffer(list):
+        def __len__(self) -> int:
+            del link.durations
+            return 0
+
+    link.durations = Buffer()  # type: ignore[assignment]
+    link.sample(0.5)  # appended to the buffer the call held
+    with pytest.raises(AttributeError, match="durations"):
+        link.sample(0.5)
+
+
+@native_only
+@pytest.mark.parametrize(("field", "value"), [
+    ("allocations", 1.5), ("reuses", 2**64), ("stores", None)])
+def test_a_failed_counter_assignment_leaves_the_counter(field: str, value: Any) -> None:
+    tier = TierRecorder("gpu", 8, 16, 1)
+    tier.allocate(3)
+    tier.reuse(3)
+    tier.store(3)
+    with pytest.raises((TypeError, OverflowError)):
+        setattr(tier, field, value)
+    assert getattr(tier, field) == 3
+    with pytest.raises(TypeError, match="cannot be deleted"):
+        delattr(tier, field)
+    link = LinkRecorder("gpu", "host", buffer_limit=4)
+    with pytest.raises((TypeError, OverflowError)):
+        link.buffer_limit = float("inf")  # type: ignore[assignment]
+    assert link.buffer_limit == 4
+
+
+@native_only
+def test_counters_refuse_to_wrap_past_64_bits() -> None:
+    tier = TierRecorder("gpu", 8, 16, 1)
+    tier.allocations = 2**63 - 2
+    tier.allocate()
+    with pytest.raises(OverflowError, match="64 bits"):
+        tier.allocate()
+    assert tier.allocations == 2**63 - 1
+    link = LinkRecorder("gpu", "host")
+    link.bytes = 2**63 - 1
+    with pytest.raises(OverflowError):
+        link.transfer(1, 1)
+    assert (link.operations, link.blocks) == (0, 0)  # all or nothing
+
+
+@native_only
+def test_the_c_methods_take_keywords_and_show_their_signatures() -> None:
+    import inspect
+
+    link = LinkRecorder("gpu", "host")
+    link.drop(blocks=2)
+    link.timed(seconds=0.5)
+    link.sample(seconds=0.25)
+    link.add_seconds(seconds=1.0)
+    assert (link.drops, link.seconds, list(link.durations)) == (2, 1.5, [0.5, 0.25])
+    with pytest.raises(TypeError, match="missing required argument 'seconds'"):
+        link.completed(1, 2)
+    transfer = inspect.signature(LinkRecorder.transfer)
+    evict = inspect.signature(TierRecorder.evict)
+    assert str(transfer) == "(self, /, blocks, nbytes, seconds=None)"
+    assert str(evict) == "(self, /, n=1, reason='capacity', keys=None)"
+
+
+@pytest.mark.parametrize("native_core", [True, False])
+def test_written_blocks_that_arrive_during_the_call_wait_for_the_next_lookup(
+        native_core: bool) -> None:
+    """A key's ``__hash__`` (or another thread meanwhile) may write more blocks while a
+    lookup hands the written ones over: those wait, on both paths."""
+    from kvobs.reuse import ReuseProfile
+
+    if native_core and native is None:
+        pytest.skip("the C extension is not built here")
+    written: list[Any] = []
+
+    class Writing:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+        def __hash__(self) -> int:
+            if self.value < 3:
+                written.append(1000 + self.value)
+            return self.value
+
+    profile = ReuseProfile(1000, rate=1.0, native=native_core)
+    written[:] = [Writing(i) for i in range(5)]
+    profile.written_then_reference(written, [1])
+    assert written == [1000, 1001, 1002]
