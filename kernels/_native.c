@@ -1676,12 +1676,15 @@ static PyObject *s_n, *s_keys, *s_cached, *s_reason, *s_capacity, *s_other, *s_b
 
 /* The arguments of a METH_FASTCALL | METH_KEYWORDS call, by position or by name, into
  * out[0..n-1] (NULL where not given); -1 with TypeError set for too many, unknown or
- * repeated arguments. names[] are interned: a keyword is matched by pointer first. */
+ * repeated arguments, or, `lenient` (a reader whose Python twin takes *args, **kwargs),
+ * for repeated ones only: the others are ignored. names[] are interned: a keyword is
+ * matched by pointer first. */
 static int fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargsf,
-                     PyObject *kwnames, PyObject *const *names, int n, PyObject **out)
+                     PyObject *kwnames, PyObject *const *names, int n, PyObject **out,
+                     int lenient)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs > n) {
+    if (nargs > n && !lenient) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n,
                      nargs);
         return -1;
@@ -1699,6 +1702,8 @@ static int fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargsf
             if (PyUnicode_Compare(kw, names[i]) == 0)
                 found = i;
         if (found < 0) {
+            if (lenient)
+                continue;
             PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", fname,
                          kw);
             return -1;
@@ -1755,17 +1760,43 @@ static inline int keyed_call(PyObject *owner, const char *what, PyObject *method
 
 static inline int given(PyObject *keys) { return keys != NULL && keys != Py_None; }
 
-static PyObject *tier_allocate(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
-                               PyObject *kwnames)
+/* allocate / reuse / store: *field += n, then the keys (where given) to the tier's thrash
+ * tracker's thrash_method (none where NULL), then to its residency tracker's. */
+static PyObject *tier_counted(TierCore *self, const char *fname, long long *field,
+                              PyObject *thrash_method, PyObject *residency_method,
+                              PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
     PyObject *const names[] = {s_n, s_keys};
     PyObject *a[2];
-    if (fast_args("allocate", args, nargsf, kwnames, names, 2, a) < 0 ||
-        count_add(&self->allocations, a[0]) < 0)
+    if (fast_args(fname, args, nargsf, kwnames, names, 2, a, 0) < 0 ||
+        count_add(field, a[0]) < 0)
         return NULL;
-    if (given(a[1]) && keyed_call(self->residency, "residency", s_born, a[1]) < 0)
+    if (given(a[1]) &&
+        ((thrash_method && keyed_call(self->thrash, "thrash", thrash_method, a[1]) < 0) ||
+         keyed_call(self->residency, "residency", residency_method, a[1]) < 0))
         return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *tier_allocate(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                               PyObject *kwnames)
+{
+    return tier_counted(self, "allocate", &self->allocations, NULL, s_born, args, nargsf,
+                        kwnames);
+}
+
+static PyObject *tier_reuse(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                            PyObject *kwnames)
+{
+    return tier_counted(self, "reuse", &self->reuses, s_onloaded, s_reused, args, nargsf,
+                        kwnames);
+}
+
+static PyObject *tier_store(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                            PyObject *kwnames)
+{
+    return tier_counted(self, "store", &self->stores, s_offloaded, s_born, args, nargsf,
+                        kwnames);
 }
 
 static PyObject *tier_free(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
@@ -1773,38 +1804,10 @@ static PyObject *tier_free(TierCore *self, PyObject *const *args, Py_ssize_t nar
 {
     PyObject *const names[] = {s_n, s_cached};
     PyObject *a[2];
-    if (fast_args("free", args, nargsf, kwnames, names, 2, a) < 0)
+    if (fast_args("free", args, nargsf, kwnames, names, 2, a, 0) < 0)
         return NULL;
     int cached = a[1] == NULL ? 0 : PyObject_IsTrue(a[1]);
     if (cached < 0 || count_add(cached ? &self->frees_to_cache : &self->frees_to_free, a[0]) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *tier_reuse(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
-                            PyObject *kwnames)
-{
-    PyObject *const names[] = {s_n, s_keys};
-    PyObject *a[2];
-    if (fast_args("reuse", args, nargsf, kwnames, names, 2, a) < 0 ||
-        count_add(&self->reuses, a[0]) < 0)
-        return NULL;
-    if (given(a[1]) && (keyed_call(self->thrash, "thrash", s_onloaded, a[1]) < 0 ||
-                        keyed_call(self->residency, "residency", s_reused, a[1]) < 0))
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *tier_store(TierCore *self, PyObject *const *args, Py_ssize_t nargsf,
-                            PyObject *kwnames)
-{
-    PyObject *const names[] = {s_n, s_keys};
-    PyObject *a[2];
-    if (fast_args("store", args, nargsf, kwnames, names, 2, a) < 0 ||
-        count_add(&self->stores, a[0]) < 0)
-        return NULL;
-    if (given(a[1]) && (keyed_call(self->thrash, "thrash", s_offloaded, a[1]) < 0 ||
-                        keyed_call(self->residency, "residency", s_born, a[1]) < 0))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1814,7 +1817,7 @@ static PyObject *tier_evict(TierCore *self, PyObject *const *args, Py_ssize_t na
 {
     PyObject *const names[] = {s_n, s_reason, s_keys};
     PyObject *a[3];
-    if (fast_args("evict", args, nargsf, kwnames, names, 3, a) < 0)
+    if (fast_args("evict", args, nargsf, kwnames, names, 3, a, 0) < 0)
         return NULL;
     if (given(a[2]) && (keyed_call(self->thrash, "thrash", s_evicted, a[2]) < 0 ||
                         keyed_call(self->residency, "residency", s_evicted, a[2]) < 0))
@@ -2027,7 +2030,7 @@ static PyObject *link_landed(LinkCore *self, const char *fname, int need_seconds
 {
     PyObject *const names[] = {s_blocks, s_nbytes, s_seconds};
     PyObject *a[3];
-    if (fast_args(fname, args, nargsf, kwnames, names, 3, a) < 0)
+    if (fast_args(fname, args, nargsf, kwnames, names, 3, a, 0) < 0)
         return NULL;
     for (int i = 0; i < 2 + need_seconds; i++)
         if (a[i] == NULL)
@@ -2069,7 +2072,7 @@ static PyObject *one_arg(const char *fname, PyObject *name, PyObject *const *arg
 {
     PyObject *const names[] = {name};
     PyObject *a[1];
-    if (fast_args(fname, args, nargsf, kwnames, names, 1, a) < 0)
+    if (fast_args(fname, args, nargsf, kwnames, names, 1, a, 0) < 0)
         return NULL;
     if (a[0] == NULL)
         PyErr_Format(PyExc_TypeError, "%s() missing required argument %R", fname, name);
@@ -2108,7 +2111,7 @@ static PyObject *link_fail(LinkCore *self, PyObject *const *args, Py_ssize_t nar
 {
     PyObject *const names[] = {s_blocks, s_nbytes};
     PyObject *a[2];
-    if (fast_args("fail", args, nargsf, kwnames, names, 2, a) < 0)
+    if (fast_args("fail", args, nargsf, kwnames, names, 2, a, 0) < 0)
         return NULL;
     if (a[0] == NULL)
         return PyErr_Format(PyExc_TypeError, "fail() missing required argument 'blocks'");
@@ -2253,6 +2256,13 @@ static PyObject *s_block_hash, *s_hashes_gained, *s_written, *s_written_to, *s_h
 static PyObject *cache_full_written(PyObject *inst, PyObject *request, Py_ssize_t cached,
                                     Py_ssize_t full, Py_ssize_t block_size);
 
+/* cache_full_after's parameters, in order (interned at import), and how many. */
+#define CACHE_FULL_ARGS 9
+static const char *const cache_full_arg_names[CACHE_FULL_ARGS] = {
+    "inst", "before", "result", "request", "blocks", "num_cached_blocks", "num_full_blocks",
+    "block_size", "kv_cache_group_id"};
+static PyObject *s_cache_full_args[CACHE_FULL_ARGS];
+
 static int attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
 {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -2266,25 +2276,14 @@ static int attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
 static PyObject *cache_full_after(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
                                   PyObject *kwnames)
 {
-    static const char *names[] = {"inst", "before", "result", "request", "blocks",
-                                  "num_cached_blocks", "num_full_blocks", "block_size",
-                                  "kv_cache_group_id"};
-    PyObject *a[9] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    for (Py_ssize_t i = 0; i < nargs && i < 9; i++)
-        a[i] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
-        if (name == NULL)
-            return NULL;
-        for (int i = 0; i < 9; i++)
-            if (strcmp(name, names[i]) == 0)
-                a[i] = args[nargs + k];
-    }
+    PyObject *a[CACHE_FULL_ARGS];
+    if (fast_args("cache_full_after", args, nargsf, kwnames, s_cache_full_args, CACHE_FULL_ARGS,
+                  a, 1) < 0)
+        return NULL;
     for (int i = 0; i < 7; i++)
         if (a[i] == NULL)
-            return PyErr_Format(PyExc_TypeError, "cache_full_after: missing %s", names[i]);
+            return PyErr_Format(PyExc_TypeError, "cache_full_after: missing %U",
+                                s_cache_full_args[i]);
     PyObject *inst = a[0], *before = a[1], *request = a[3], *blocks = a[4];
     Py_ssize_t cached = PyLong_AsSsize_t(a[5]);
     Py_ssize_t full = PyLong_AsSsize_t(a[6]);
@@ -2443,6 +2442,9 @@ PyMODINIT_FUNC PyInit__native(void)
         !(s_seconds = PyUnicode_InternFromString("seconds")) ||
         !(s_append = PyUnicode_InternFromString("append")))
         return NULL;
+    for (int i = 0; i < CACHE_FULL_ARGS; i++)
+        if (!(s_cache_full_args[i] = PyUnicode_InternFromString(cache_full_arg_names[i])))
+            return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

@@ -93,3 +93,6 @@ def test_the_c_reader_raises_where_the_python_reader_raises():
             reader(inst, None, None, request, [Block(True)], 0, 1, 16, 0)
     with pytest.raises(TypeError, match="missing num_full_blocks"):
         native.cache_full_after(inst, None, None, request, [], 0)
+    for reader in (native.cache_full_after, block_pool.python_cache_full_after):
+        with pytest.raises(TypeError, match="multiple values for argument 'request'"):
+            reader(inst, None, None, request, [], 0, 1, request=request)
