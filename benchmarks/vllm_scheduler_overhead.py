@@ -56,7 +56,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import MemberDescriptorType
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -273,20 +272,14 @@ def _python_counters() -> Iterator[None]:
     (built from the classes they imported by name) keep the C ones, and count nothing."""
     from kvobs import recorder
 
-    def twin(cls: type, core: type) -> type:
-        body = {name: value for name, value in vars(cls).items()
-                if name not in ("__dict__", "__weakref__")
-                and not isinstance(value, MemberDescriptorType)}
-        return type(cls.__name__, (core,), body)
-
     saved = recorder.TierRecorder, recorder.LinkRecorder
-    setattr(recorder, "TierRecorder", twin(saved[0], recorder.PyTierCore))  # noqa: B010
-    setattr(recorder, "LinkRecorder", twin(saved[1], recorder.PyLinkCore))  # noqa: B010
+    for cls in saved:
+        setattr(recorder, cls.__name__, recorder.on_python_counters(cls))
     try:
         yield
     finally:
-        for name, cls in zip(("TierRecorder", "LinkRecorder"), saved, strict=True):
-            setattr(recorder, name, cls)
+        for original in saved:
+            setattr(recorder, original.__name__, original)
 
 
 #: What ``--methods`` sets beside plain and kvobs: the wrappers with no-op readers (their

@@ -33,7 +33,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from types import MemberDescriptorType
+from typing import TYPE_CHECKING, Any
 
 from kvobs.benefit import PrefillCost
 from kvobs.catalog import EVICTION_REASONS
@@ -375,6 +376,24 @@ class LinkRecorder(LinkCore):
             self.seconds,
             self.counts,
         )
+
+
+def on_python_counters(cls: type[TierRecorder] | type[LinkRecorder]) -> type[Any]:
+    """``cls`` (:class:`TierRecorder` or :class:`LinkRecorder`) rebuilt on the pure-Python
+    event counters (:class:`PyTierCore` / :class:`PyLinkCore`): the same class body, as
+    where the extension is not built. For A/B runs and tests of the C counters in one
+    process.
+
+    Example:
+        >>> tier = on_python_counters(TierRecorder)("gpu", 8, 16, 1)
+        >>> tier.allocate(2); isinstance(tier, PyTierCore), tier.allocations
+        (True, 2)
+    """
+    core = PyTierCore if issubclass(cls, TierRecorder) else PyLinkCore
+    body = {name: value for name, value in vars(cls).items()
+            if name not in ("__dict__", "__weakref__")
+            and not isinstance(value, MemberDescriptorType)}  # the slots are declared anew
+    return type(cls.__name__, (core,), body)
 
 
 class Recorder:

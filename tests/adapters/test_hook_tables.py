@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from types import MemberDescriptorType, MethodDescriptorType
+from types import MethodDescriptorType
 
 import pytest
 from structlog.testing import capture_logs
 
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
-from kvobs.recorder import PyTierCore, Recorder, TierRecorder
+from kvobs.recorder import Recorder, TierRecorder, on_python_counters
 from kvobs.testing import Conformance
 
 
@@ -103,10 +103,7 @@ def test_a_count_hook_counts_on_either_event_counters(counters: str) -> None:
     counter: the same counts, by position or keyword."""
     if counters == "native" and not isinstance(TierRecorder.allocate, MethodDescriptorType):
         pytest.skip("the C extension is not built here")
-    tier_class = TierRecorder if counters == "native" else type(
-        "TierRecorder", (PyTierCore,), {name: value for name, value in vars(TierRecorder).items()
-                                        if name not in ("__dict__", "__weakref__")
-                                        and not isinstance(value, MemberDescriptorType)})
+    tier_class = TierRecorder if counters == "native" else on_python_counters(TierRecorder)
     rec, pool, tier = Recorder(), Pool(8), tier_class("gpu", 8, 16, 64)
     instrument(pool, SPEC, lambda active: Instrumentation(pool, SPEC.component, active, rec,
                                                           tier))
