@@ -554,15 +554,16 @@ class Recorder:
             profile = self.reuse
             if profile is None and self.profile_reuse:
                 profile = self.start_reuse_profile()
-            if profile is not None and self.trace is None:  # one call: written, then keys
-                profile.written_then_reference(self.written_pending, keys)
-                return
-            if self.written_pending:  # the blocks written since, then this prompt: engine order
-                self._flush_written(profile)
+            # the blocks written since, then this prompt: engine order (one profile call)
+            pending, trace = self.written_pending, self.trace
+            if trace is not None and pending:
+                trace.write(pending, written=True)
             if profile is not None:
-                profile.record(keys, True)
-            if self.trace is not None:
-                self.trace.write(keys)
+                profile.written_then_reference(pending, keys)
+            else:
+                pending.clear()
+            if trace is not None:
+                trace.write(keys)
 
     def written(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` entered the cache without a lookup (an answer's blocks written
