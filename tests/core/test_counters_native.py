@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import gc
 import random
-from collections import deque
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 import pytest
 
-from kvobs.catalog import EVICTION_REASONS
 from kvobs.kernels._ext import native
-from kvobs.recorder import LinkRecorder, PyLinkCore, PyTierCore, Recorder, TierRecorder
+from kvobs.recorder import (
+    LinkRecorder,
+    PyTierCore,
+    Recorder,
+    TierRecorder,
+    on_python_counters,
+)
 
 native_only = pytest.mark.skipif(native is None, reason="the C extension is not built here")
 
@@ -38,20 +42,17 @@ class CallLog:
 
 
 def tier_pair(fail_on: str = "") -> tuple[Any, Any, list[Any], list[Any]]:
-    """A C tier core and a Python one, alike, with their trackers' call logs."""
+    """A tier on the C counters and one on the Python ones, alike, with their trackers'
+    call logs."""
     pair = []
     logs: list[list[Any]] = []
-    for cls in (native.TierCore, PyTierCore):  # type: ignore[union-attr]
-        tier = cls()
-        for field in ("allocations", "frees_to_cache", "frees_to_free", "reuses", "stores",
-                      "evictions_capacity"):
-            setattr(tier, field, 0)
-        tier.evictions = dict.fromkeys(EVICTION_REASONS, 0)
+    for cls in (TierRecorder, on_python_counters(TierRecorder)):
         log: list[Any] = []
-        tier.thrash = CallLog(log, fail_on)
-        tier.residency = CallLog(log, fail_on)
-        pair.append(tier)
+        tracker: Any = CallLog(log, fail_on)  # stands for both trackers
+        pair.append(cls("gpu", 8, 16, 1, thrash=tracker, residency=tracker))
         logs.append(log)
+    assert isinstance(pair[0], native.TierCore)  # type: ignore[union-attr]
+    assert isinstance(pair[1], PyTierCore)
     return pair[0], pair[1], logs[0], logs[1]
 
 
@@ -167,16 +168,9 @@ def test_a_tier_in_a_reference_cycle_is_collected() -> None:
 
 
 def link_pair(buffer_limit: int) -> tuple[Any, Any]:
-    pair = []
-    for cls in (native.LinkCore, PyLinkCore):  # type: ignore[union-attr]
-        link = cls()
-        for field in ("operations", "blocks", "bytes", "failures", "drops", "dropped_samples"):
-            setattr(link, field, 0)
-        link.seconds = 0.0
-        link.buffer_limit = buffer_limit
-        link.durations = deque()
-        pair.append(link)
-    return pair[0], pair[1]
+    """A link on the C counters and one on the Python ones, alike."""
+    return (LinkRecorder("gpu", "host", buffer_limit=buffer_limit),
+            on_python_counters(LinkRecorder)("gpu", "host", buffer_limit=buffer_limit))
 
 
 def link_state(link: Any) -> tuple[Any, ...]:
