@@ -1,0 +1,206 @@
+"""What kvobs adds to a real vLLM 0.33 scheduler step, counted instead of timed.
+
+The timed A/B (:mod:`benchmarks.vllm_scheduler_overhead`) is the figure the goal is
+stated in, but on a small shared machine its sets of schedulers disagree by more than
+the 72-request goal itself (+17 to +157 us a step around a median of ~+40 to +80 us,
+against 1% of a ~2-3 ms step). Counts do not move between runs: this benchmark runs the
+same deterministic workload under valgrind's cachegrind and reports, per step, the
+instructions executed and the simulated first-level and last-level cache misses, for a
+plain scheduler and one instrumented as the plugin does (reuse profile, decode-written
+blocks, step timing, every hook), and their ratio.
+
+How: four child processes, each under ``valgrind --tool=cachegrind --cache-sim=yes``,
+two at a time. Each builds one scheduler (the test bed of the timed benchmark: the
+``OffloadingConnector`` with CPU offloading, ``--running`` requests with shared
+prefixes), runs ``--warmup`` steps (past step timing's warm-up), then ``0`` or
+``--measure`` more with the garbage collector off (as the timed A/B runs its rounds:
+where a collection falls depends on every allocation before it, and one full collection
+of the engine's heap outweighs what a step's hooks do), and exits at once. Per step =
+(counts after ``--measure`` - counts after 0) / ``--measure``: the start-up, the imports
+and the warm-up cancel out. ``PYTHONHASHSEED=0`` makes the block hashes, and so the steps,
+the same in every child (the plain and the instrumented scheduler schedule the same
+tokens, hit the same blocks and offload the same bytes); ``PYTHONMALLOC=malloc`` is what
+valgrind needs to see Python's allocations.
+
+The estimated cycles are KCachegrind's estimate: instructions + 10 x first-level misses
++ 100 x last-level misses. It is a model (no branch mispredictions, no out-of-order
+overlap, cachegrind's two-level cache), not a clock: it answers "how much more work per
+step", exactly and repeatably, where the clock on this machine cannot; the timed A/B
+stays the judge of microseconds.
+
+Run from the repository root with the vLLM venv and valgrind installed (about 20 minutes
+at 72 running requests)::
+
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts              # table
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --json
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --running 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+#: cachegrind's summary lines (stderr) -> our field names
+_SUMMARY = {"I   refs": "instructions", "I1  misses": "i1_misses", "LLi misses": "lli_misses",
+            "D   refs": "data_refs", "D1  misses": "d1_misses", "LLd misses": "lld_misses"}
+_LINE = re.compile(r"^==\d+== (" + "|".join(re.escape(k) for k in _SUMMARY)
+                   + r"):\s+([\d,]+)", re.M)
+MODES = ("plain", "kvobs")
+
+
+@dataclass(frozen=True)
+class Counts:
+    """cachegrind's totals for one process (or their difference, per step)."""
+
+    instructions: float
+    data_refs: float
+    i1_misses: float
+    d1_misses: float
+    lli_misses: float
+    lld_misses: float
+
+    @property
+    def l1_misses(self) -> float:
+        return self.i1_misses + self.d1_misses
+
+    @property
+    def ll_misses(self) -> float:
+        return self.lli_misses + self.lld_misses
+
+    @property
+    def cycles(self) -> float:
+        """KCachegrind's cycle estimate: Ir + 10 x L1 misses + 100 x LL misses."""
+        return self.instructions + 10 * self.l1_misses + 100 * self.ll_misses
+
+    def per_step(self, start: Counts, steps: int) -> Counts:
+        """``(self - start) / steps``, field by field."""
+        return Counts(*((getattr(self, f) - getattr(start, f)) / steps
+                        for f in Counts.__dataclass_fields__))
+
+
+def parse_summary(text: str) -> Counts:
+    """The totals of a cachegrind run from its stderr summary.
+
+    >>> parse_summary("==7== I   refs:      1,000\\n==7== I1  misses:  10\\n"
+    ...               "==7== LLi misses: 1\\n==7== D   refs: 400 (300 rd + 100 wr)\\n"
+    ...               "==7== D1  misses: 20 (15 rd + 5 wr)\\n==7== LLd misses: 2 (2 rd + 0 wr)\\n"
+    ...               ).cycles
+    1600.0
+    """
+    found = {_SUMMARY[name]: float(value.replace(",", "")) for name, value in _LINE.findall(text)}
+    missing = sorted(set(_SUMMARY.values()) - set(found))
+    if missing:
+        raise RuntimeError(f"cachegrind's summary lacks {', '.join(missing)} (was the run "
+                           "made with --cache-sim=yes?); its output ended:\n" + text[-2000:])
+    return Counts(**found)
+
+
+def child(mode: str, running: int, warmup: int, steps: int) -> None:
+    """One scheduler, ``warmup`` then ``steps`` steps (what runs under valgrind); exits
+    right after them, so no run pays for tearing down what its steps built."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from benchmarks.vllm_scheduler_overhead import build
+
+    torch.set_num_threads(1)
+    tmp = tempfile.mkdtemp(prefix="kvobs-counts-")
+    workload, _ = build(Path(tmp), mode, running, instrumented=mode == "kvobs")
+    workload.steps(warmup)
+    # The collector off for the counted steps, as in the timed A/B: where a collection
+    # falls depends on every allocation before it (kvobs's too), and one full collection
+    # of the engine's heap outweighs what a step's hooks do.
+    gc.collect()
+    gc.disable()
+    workload.steps(steps)
+    sys.stdout.flush()
+    shutil.rmtree(tmp, ignore_errors=True)
+    os._exit(0)
+
+
+def counted(mode: str, running: int, warmup: int, steps: int, valgrind: str) -> Counts:
+    """cachegrind's totals for :func:`child` (a process of its own)."""
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONMALLOC="malloc")
+    command = [valgrind, "--tool=cachegrind", "--cache-sim=yes",
+               "--cachegrind-out-file=/dev/null", sys.executable, "-m",
+               "benchmarks.vllm_scheduler_counts", "--child", mode, "--running", str(running),
+               "--warmup", str(warmup), "--measure", str(steps)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{mode} ({steps} steps) under cachegrind exited "
+                           f"{done.returncode}:\n{done.stderr[-2000:]}")
+    return parse_summary(done.stderr)
+
+
+def step_counts(running: int, warmup: int, steps: int, valgrind: str,
+                jobs: int = 2) -> dict[str, Counts]:
+    """Per-step counts of the plain and the instrumented scheduler."""
+    runs = [(mode, n) for mode in MODES for n in (0, steps)]
+    with ThreadPoolExecutor(jobs) as pool:
+        totals = dict(zip(runs, pool.map(
+            lambda run: counted(run[0], running, warmup, run[1], valgrind), runs), strict=True))
+    return {mode: totals[(mode, steps)].per_step(totals[(mode, 0)], steps) for mode in MODES}
+
+
+def report(per_step: dict[str, Counts], running: int) -> dict[str, object]:
+    plain, kvobs = per_step["plain"], per_step["kvobs"]
+    out: dict[str, object] = {"running_requests": running}
+    for field in ("instructions", "data_refs", "l1_misses", "ll_misses", "cycles"):
+        p, k = getattr(plain, field), getattr(kvobs, field)
+        out[field] = {"plain": round(p), "kvobs": round(k), "added": round(k - p),
+                      "ratio": round(k / p, 4) if p else None}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--running", type=int, default=72, help="requests kept in the engine")
+    parser.add_argument("--warmup", type=int, default=1100,
+                        help="steps before counting (past step timing's warm-up)")
+    parser.add_argument("--measure", type=int, default=300, help="steps counted")
+    parser.add_argument("--jobs", type=int, default=2, help="children under valgrind at once")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.running, args.warmup, args.measure)
+        return 0
+    if args.measure < 1 or args.warmup < 0:
+        parser.error("--measure must be >= 1 and --warmup >= 0")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("vllm_scheduler_counts: valgrind is not installed (Debian: apt-get install "
+              "valgrind)", file=sys.stderr)
+        return 2
+    result = report(step_counts(args.running, args.warmup, args.measure, valgrind, args.jobs),
+                    args.running)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"per scheduler step under cachegrind, {args.running} running requests "
+          f"({args.measure} steps after {args.warmup}):")
+    print(f"{'':22s} {'plain':>12s} {'kvobs':>12s} {'added':>10s} {'ratio':>7s}")
+    for field, label in (("instructions", "instructions"), ("data_refs", "data references"),
+                         ("l1_misses", "L1 misses"), ("ll_misses", "LL misses"),
+                         ("cycles", "estimated cycles")):
+        row = result[field]
+        assert isinstance(row, dict)
+        ratio = f"{row['ratio']:.4f}x" if row["ratio"] is not None else "-"
+        print(f"{label:22s} {row['plain']:12,d} {row['kvobs']:12,d} {row['added']:+10,d} "
+              f"{ratio:>7s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
