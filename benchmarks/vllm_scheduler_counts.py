@@ -34,6 +34,7 @@ at 72 running requests)::
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts              # table
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --json
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --running 8
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --control  # + plain vs plain
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ _SUMMARY = {"I   refs": "instructions", "I1  misses": "i1_misses", "LLi misses":
 _LINE = re.compile(r"^==\d+== (" + "|".join(re.escape(k) for k in _SUMMARY)
                    + r"):\s+([\d,]+)", re.M)
 MODES = ("plain", "kvobs")
+#: ``--control``: a second plain scheduler in processes of its own (plain vs plain)
+CONTROL = "control"
 
 
 @dataclass(frozen=True)
@@ -129,10 +132,13 @@ def child(mode: str, running: int, warmup: int, steps: int) -> None:
     os._exit(0)
 
 
-def counted(mode: str, running: int, warmup: int, steps: int, valgrind: str) -> Counts:
-    """cachegrind's totals for :func:`child` (a process of its own)."""
+def counted(mode: str, running: int, warmup: int, steps: int, valgrind: str,
+            last_level: str | None = None) -> Counts:
+    """cachegrind's totals for :func:`child` (a process of its own); ``last_level``:
+    the simulated last-level cache as valgrind's ``--LL`` takes it (``size,assoc,line``)."""
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONMALLOC="malloc")
     command = [valgrind, "--tool=cachegrind", "--cache-sim=yes",
+               *([f"--LL={last_level}"] if last_level else []),
                "--cachegrind-out-file=/dev/null", sys.executable, "-m",
                "benchmarks.vllm_scheduler_counts", "--child", mode, "--running", str(running),
                "--warmup", str(warmup), "--measure", str(steps)]
@@ -144,13 +150,17 @@ def counted(mode: str, running: int, warmup: int, steps: int, valgrind: str) -> 
 
 
 def step_counts(running: int, warmup: int, steps: int, valgrind: str,
-                jobs: int = 2) -> dict[str, Counts]:
-    """Per-step counts of the plain and the instrumented scheduler."""
-    runs = [(mode, n) for mode in MODES for n in (0, steps)]
+                jobs: int = 2, control: bool = False,
+                last_level: str | None = None) -> dict[str, Counts]:
+    """Per-step counts of the plain and the instrumented scheduler (and, with
+    ``control``, of a second plain one: how far two identical runs' counts differ)."""
+    modes = (*MODES, CONTROL) if control else MODES
+    runs = [(mode, n) for mode in modes for n in (0, steps)]
     with ThreadPoolExecutor(jobs) as pool:
         totals = dict(zip(runs, pool.map(
-            lambda run: counted(run[0], running, warmup, run[1], valgrind), runs), strict=True))
-    return {mode: totals[(mode, steps)].per_step(totals[(mode, 0)], steps) for mode in MODES}
+            lambda run: counted(run[0], running, warmup, run[1], valgrind, last_level), runs),
+            strict=True))
+    return {mode: totals[(mode, steps)].per_step(totals[(mode, 0)], steps) for mode in modes}
 
 
 def report(per_step: dict[str, Counts], running: int) -> dict[str, object]:
@@ -158,8 +168,12 @@ def report(per_step: dict[str, Counts], running: int) -> dict[str, object]:
     out: dict[str, object] = {"running_requests": running}
     for field in ("instructions", "data_refs", "l1_misses", "ll_misses", "cycles"):
         p, k = getattr(plain, field), getattr(kvobs, field)
-        out[field] = {"plain": round(p), "kvobs": round(k), "added": round(k - p),
-                      "ratio": round(k / p, 4) if p else None}
+        row: dict[str, object] = {"plain": round(p), "kvobs": round(k), "added": round(k - p),
+                                  "ratio": round(k / p, 4) if p else None}
+        if CONTROL in per_step:
+            c = getattr(per_step[CONTROL], field)
+            row["control_added"] = round(c - p)
+        out[field] = row
     return out
 
 
@@ -170,8 +184,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="steps before counting (past step timing's warm-up)")
     parser.add_argument("--measure", type=int, default=300, help="steps counted")
     parser.add_argument("--jobs", type=int, default=2, help="children under valgrind at once")
+    parser.add_argument("--control", action="store_true",
+                        help="count a second plain scheduler too (plain vs plain: how far "
+                             "two identical runs differ; half as long again)")
+    parser.add_argument("--ll", metavar="SIZE,ASSOC,LINE", default="1048576,8,64",
+                        help="the simulated last-level cache (valgrind's --LL; default: one "
+                             "core's 1 MiB second-level cache, what a core has to itself "
+                             "where the third level is shared; 'host': valgrind's reading "
+                             "of the host's last level)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=(*MODES, CONTROL), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.running, args.warmup, args.measure)
@@ -183,22 +205,29 @@ def main(argv: list[str] | None = None) -> int:
         print("vllm_scheduler_counts: valgrind is not installed (Debian: apt-get install "
               "valgrind)", file=sys.stderr)
         return 2
-    result = report(step_counts(args.running, args.warmup, args.measure, valgrind, args.jobs),
-                    args.running)
+    last_level = None if args.ll == "host" else args.ll
+    if last_level is not None and not re.fullmatch(r"\d+,\d+,\d+", last_level):
+        parser.error(f"--ll {args.ll!r}: give SIZE,ASSOC,LINE in bytes (e.g. 1048576,8,64) "
+                     "or 'host'")
+    result = report(step_counts(args.running, args.warmup, args.measure, valgrind, args.jobs,
+                                args.control, last_level), args.running)
+    result["last_level_cache"] = args.ll
     if args.json:
         print(json.dumps(result))
         return 0
     print(f"per scheduler step under cachegrind, {args.running} running requests "
-          f"({args.measure} steps after {args.warmup}):")
-    print(f"{'':22s} {'plain':>12s} {'kvobs':>12s} {'added':>10s} {'ratio':>7s}")
+          f"({args.measure} steps after {args.warmup}; last level {args.ll}):")
+    control = " plain vs plain" if args.control else ""
+    print(f"{'':22s} {'plain':>12s} {'kvobs':>12s} {'added':>10s} {'ratio':>7s}{control}")
     for field, label in (("instructions", "instructions"), ("data_refs", "data references"),
                          ("l1_misses", "L1 misses"), ("ll_misses", "LL misses"),
                          ("cycles", "estimated cycles")):
         row = result[field]
         assert isinstance(row, dict)
         ratio = f"{row['ratio']:.4f}x" if row["ratio"] is not None else "-"
+        noise = f" {row['control_added']:+14,d}" if "control_added" in row else ""
         print(f"{label:22s} {row['plain']:12,d} {row['kvobs']:12,d} {row['added']:+10,d} "
-              f"{ratio:>7s}")
+              f"{ratio:>7s}{noise}")
     return 0
 
 

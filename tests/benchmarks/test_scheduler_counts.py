@@ -49,3 +49,12 @@ def test_per_step_is_the_difference_over_the_steps() -> None:
     row = report({"plain": step, "kvobs": Counts(220, 100, 10, 12, 1, 1)}, 72)["cycles"]
     assert row == {"plain": 600, "kvobs": 640, "added": 40, "ratio": pytest.approx(640 / 600,
                                                                                    abs=1e-4)}
+
+
+def test_the_control_row_is_plain_vs_plain() -> None:
+    plain, kvobs, control = Counts(200, 0, 0, 0, 0, 0), Counts(210, 0, 0, 0, 0, 0), \
+        Counts(197, 0, 0, 0, 0, 0)
+    rows = report({"plain": plain, "kvobs": kvobs, "control": control}, 72)
+    assert rows["instructions"] == {"plain": 200, "kvobs": 210, "added": 10, "ratio": 1.05,
+                                    "control_added": -3}
+    assert "control_added" not in report({"plain": plain, "kvobs": kvobs}, 72)["instructions"]
