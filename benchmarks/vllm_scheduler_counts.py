@@ -22,8 +22,14 @@ the same in every child (the plain and the instrumented scheduler schedule the s
 tokens, hit the same blocks and offload the same bytes); ``PYTHONMALLOC=malloc`` is what
 valgrind needs to see Python's allocations.
 
-The estimated cycles are KCachegrind's estimate: instructions + 10 x first-level misses
-+ 100 x last-level misses. It is a model (no branch mispredictions, no out-of-order
+The last level simulated is, by default, one core's 1 MiB second-level cache
+(``--ll 1048576,8,64``): a miss there goes to the third level, shared with the other
+cores (and, on a cloud VM, with other tenants) or to memory, which is where an
+instrumented step pays for data the engine's own work pushed out between two hooks.
+Valgrind's own pick (``--ll host``) follows the CPU's report, which on this VM reads the
+third level as 384 MB (simulated as 512 MB): nothing ever misses it. The estimated cycles
+are KCachegrind's estimate: instructions + 10 x first-level misses + 100 x last-level
+misses. It is a model (no branch mispredictions, no out-of-order
 overlap, cachegrind's two-level cache), not a clock: it answers "how much more work per
 step", exactly and repeatably, where the clock on this machine cannot; the timed A/B
 stays the judge of microseconds.
@@ -132,14 +138,27 @@ def child(mode: str, running: int, warmup: int, steps: int) -> None:
     os._exit(0)
 
 
-def counted(mode: str, running: int, warmup: int, steps: int, valgrind: str,
-            last_level: str | None = None) -> Counts:
-    """cachegrind's totals for :func:`child` (a process of its own); ``last_level``:
-    the simulated last-level cache as valgrind's ``--LL`` takes it (``size,assoc,line``)."""
+@dataclass(frozen=True)
+class Cachegrind:
+    """How each child runs under valgrind: the binary, the simulated last level
+    (valgrind's ``--LL``: ``size,assoc,line``; None: valgrind's own pick) and where to
+    keep the per-function output files (None: not kept)."""
+
+    valgrind: str
+    last_level: str | None = None
+    keep: Path | None = None
+
+    def command(self, mode: str, steps: int) -> list[str]:
+        out = self.keep / f"{mode}-{steps}.out" if self.keep else "/dev/null"
+        return [self.valgrind, "--tool=cachegrind", "--cache-sim=yes",
+                *([f"--LL={self.last_level}"] if self.last_level else []),
+                f"--cachegrind-out-file={out}"]
+
+
+def counted(mode: str, running: int, warmup: int, steps: int, tool: Cachegrind) -> Counts:
+    """cachegrind's totals for :func:`child` (a process of its own)."""
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONMALLOC="malloc")
-    command = [valgrind, "--tool=cachegrind", "--cache-sim=yes",
-               *([f"--LL={last_level}"] if last_level else []),
-               "--cachegrind-out-file=/dev/null", sys.executable, "-m",
+    command = [*tool.command(mode, steps), sys.executable, "-m",
                "benchmarks.vllm_scheduler_counts", "--child", mode, "--running", str(running),
                "--warmup", str(warmup), "--measure", str(steps)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -149,17 +168,15 @@ def counted(mode: str, running: int, warmup: int, steps: int, valgrind: str,
     return parse_summary(done.stderr)
 
 
-def step_counts(running: int, warmup: int, steps: int, valgrind: str,
-                jobs: int = 2, control: bool = False,
-                last_level: str | None = None) -> dict[str, Counts]:
+def step_counts(running: int, warmup: int, steps: int, tool: Cachegrind,
+                jobs: int = 2, control: bool = False) -> dict[str, Counts]:
     """Per-step counts of the plain and the instrumented scheduler (and, with
     ``control``, of a second plain one: how far two identical runs' counts differ)."""
     modes = (*MODES, CONTROL) if control else MODES
     runs = [(mode, n) for mode in modes for n in (0, steps)]
     with ThreadPoolExecutor(jobs) as pool:
         totals = dict(zip(runs, pool.map(
-            lambda run: counted(run[0], running, warmup, run[1], valgrind, last_level), runs),
-            strict=True))
+            lambda run: counted(run[0], running, warmup, run[1], tool), runs), strict=True))
     return {mode: totals[(mode, steps)].per_step(totals[(mode, 0)], steps) for mode in modes}
 
 
@@ -192,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
                              "core's 1 MiB second-level cache, what a core has to itself "
                              "where the third level is shared; 'host': valgrind's reading "
                              "of the host's last level)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep cachegrind's per-function files there (<mode>-<steps>.out; "
+                             "compare with cg_diff, read with cg_annotate)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--child", choices=(*MODES, CONTROL), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -209,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     if last_level is not None and not re.fullmatch(r"\d+,\d+,\d+", last_level):
         parser.error(f"--ll {args.ll!r}: give SIZE,ASSOC,LINE in bytes (e.g. 1048576,8,64) "
                      "or 'host'")
-    result = report(step_counts(args.running, args.warmup, args.measure, valgrind, args.jobs,
-                                args.control, last_level), args.running)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    tool = Cachegrind(valgrind, last_level, args.keep.resolve() if args.keep else None)
+    result = report(step_counts(args.running, args.warmup, args.measure, tool, args.jobs,
+                                args.control), args.running)
     result["last_level_cache"] = args.ll
     if args.json:
         print(json.dumps(result))
