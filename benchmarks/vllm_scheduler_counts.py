@@ -157,7 +157,9 @@ class Cachegrind:
 
 def counted(mode: str, running: int, warmup: int, steps: int, tool: Cachegrind) -> Counts:
     """cachegrind's totals for :func:`child` (a process of its own)."""
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONMALLOC="malloc")
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONMALLOC="malloc",
+               # no idle BLAS / OpenMP threads: their spinning counts as the process's work
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     command = [*tool.command(mode, steps), sys.executable, "-m",
                "benchmarks.vllm_scheduler_counts", "--child", mode, "--running", str(running),
                "--warmup", str(warmup), "--measure", str(steps)]

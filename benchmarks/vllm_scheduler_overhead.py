@@ -29,6 +29,9 @@
    differences of milliseconds), and the floor that wrapping alone costs. It misses what
    kvobs costs outside the wrapped methods (engine data evicted by kvobs's), which only
    the step A/B sees.
+   ``--bytecodes`` counts instead of timing: every kvobs Python function an
+   instrumented scheduler runs (readers and generated wrappers), its calls and bytecodes
+   per step, with an opcode tracer (the same figures on any machine, however loaded).
 2. Scrape: ``rec.snapshot()`` of a ``BlockPool`` of 100k GPU blocks (the settle walk over
    every block), with the pool half in use and half of its blocks holding prefix hashes,
    state set through vLLM's own calls (goal <= 5 ms).
@@ -39,6 +42,7 @@ as a module (it drives the real-loop test bed, ``tests.engines.vllm033.vllm_engi
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead          # table
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --json   # one JSON object
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --running 8 --rounds 300
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --bytecodes --rounds 30
 """
 
 from __future__ import annotations
@@ -374,6 +378,54 @@ def method_costs(running: int, rounds: int, steps: int, warmup: int,
     return sorted(rows, key=lambda row: -row[1] * (row[3] - row[2]))
 
 
+def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, float, float]]:
+    """``(function, calls per step, bytecodes per step)`` of every kvobs Python function
+    (readers, generated wrappers) an instrumented scheduler runs: counted with an opcode
+    tracer, so the same workload gives the same figures on any machine, however loaded.
+    What kvobs's Python does per step, not what it costs: C calls count as the one
+    bytecode that makes them, and the tracer's own time is nowhere."""
+    package = str(Path(__import__("kvobs").__file__).parent)
+    wrapper = _hooks.WRAPPER_FILE.split("{", 1)[0]
+    ops: dict[Any, int] = {}
+    calls: dict[Any, int] = {}
+
+    def opcodes(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            ops[frame.f_code] = ops.get(frame.f_code, 0) + 1
+        return opcodes
+
+    def entered(frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if not (code.co_filename.startswith(package) or code.co_filename.startswith(wrapper)):
+            return None
+        calls[code] = calls.get(code, 0) + 1
+        frame.f_trace_lines = False
+        frame.f_trace_opcodes = True
+        return opcodes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workload, _ = build(Path(tmp), "kvobs", running, instrumented=True)
+        workload.steps(warmup)
+        gc.collect()
+        gc.disable()
+        sys.settrace(entered)
+        try:
+            workload.steps(steps)
+        finally:
+            sys.settrace(None)
+            gc.enable()
+
+    def where(code: Any) -> str:
+        name = code.co_filename
+        if name.startswith(package):
+            name = f"{Path(name).relative_to(package).with_suffix('')}".replace("/", ".")
+            return f"{name}.{code.co_name}"
+        return name.strip("<>").replace("kvobs wrapper ", "wrapper ")
+
+    return sorted(((where(code), calls[code] / steps, ops.get(code, 0) / steps)
+                   for code in calls), key=lambda row: -row[2])
+
+
 def scrape_cost(blocks: int, repeats: int) -> dict[str, Any]:
     """Milliseconds per ``rec.snapshot()`` of an instrumented pool of ``blocks`` blocks,
     and per full HTTP scrape of its ``/metrics`` (snapshot, render, transfer)."""
@@ -439,8 +491,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--versus", choices=sorted(VERSUS), default="hooks",
                         help="--methods' third scheduler: no-op readers (hooks), or kvobs on "
                              "its pure-Python event counters (python-counters)")
+    parser.add_argument("--bytecodes", action="store_true",
+                        help="count kvobs's Python bytecodes and calls per step instead, "
+                             "per function (deterministic; --rounds x --steps steps)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.bytecodes:
+        counted = bytecode_counts(args.running, args.rounds * args.steps, args.warmup)
+        if args.json:
+            print(json.dumps([{"function": n, "calls_per_step": round(c, 3),
+                               "bytecodes_per_step": round(b, 1)} for n, c, b in counted]))
+            return 0
+        for name, calls, codes in counted:
+            print(f"{name:60s} {calls:6.2f} calls/step {codes:8.1f} bytecodes/step")
+        print(f"kvobs's Python, {args.running} running requests: "
+              f"{sum(b for _, _, b in counted):.0f} bytecodes in "
+              f"{sum(c for _, c, _ in counted):.1f} calls per step")
+        return 0
     if args.methods:
         method_rows = method_costs(args.running, args.rounds, args.steps, args.warmup,
                                    args.versus)

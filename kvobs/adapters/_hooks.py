@@ -433,8 +433,7 @@ def _count_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., An
                   f"    return result\n")
         namespace: dict[str, Any] = {"original": original, "tier": tier, "event": event,
                                      "error": error, "component": component}
-        exec(source, namespace)  # built from identifiers the signature check read
-        return namespace[hook.method]
+        return _define(source, namespace, hook.method, component)
     name: str = hook.count or ""
     index = hook.params.index(name)
 
@@ -525,8 +524,21 @@ def _generated_call_wrapper(inst: Instrumentation, hook: Hook, original: Callabl
                   "    except Exception as exc:",
                   "        error(component, exc)"]
     lines.append("    return result")
-    exec("\n".join(lines) + "\n", namespace)  # built from identifiers the signature read
-    return namespace[hook.method]
+    return _define("\n".join(lines) + "\n", namespace, hook.method, inst.component)
+
+
+#: The file name generated wrappers carry (tracebacks, profilers and
+#: ``benchmarks.vllm_scheduler_overhead --bytecodes`` tell them from an engine's own
+#: generated code, such as its dataclasses' ``<string>``).
+WRAPPER_FILE = "<kvobs wrapper {component}.{method}>"
+
+
+def _define(source: str, namespace: dict[str, Any], method: str, component: str) -> Any:
+    """The function ``method`` that ``source`` (built from identifiers a signature check
+    read) defines, compiled under :data:`WRAPPER_FILE`."""
+    code = compile(source, WRAPPER_FILE.format(component=component, method=method), "exec")
+    exec(code, namespace)
+    return namespace[method]
 
 
 def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
