@@ -30,7 +30,7 @@ TORCH_PIN="torch==2.13.0"
 # (PyTorch's CPU wheel index for a CPU-only torch, see the README's quick start).
 TORCH_FROM=()
 [[ -n "${TORCH_INDEX_URL:-}" ]] && TORCH_FROM=(--index-url "$TORCH_INDEX_URL")
-RECIPE=2
+RECIPE=3
 
 declare -A ENGINE_PKG=(
     [vllm]="vllm==0.33.0"
@@ -114,8 +114,16 @@ install_declared() {  # the engine's wheel --no-deps, then what the wheel declar
     # shellcheck disable=SC2086  # the package list is words
     "$venv/bin/python" "$REPO/scripts/deps/declared_requirements.py" "$wheel" \
         --without ${ENGINE_DECLARED_WITHOUT[$engine]} >"$work/declared.txt"
+    # kvobs's own dependencies in the same resolve, as `pip install <engine> kvobs` would:
+    # what the engine leaves open lands where both fit. Resolved apart, SGLang's tree took
+    # opentelemetry-api 1.45.3 (no SDK release matches it) and protobuf 7 (grpcio's tools),
+    # and kvobs's SDK and exporter then had no version left.
+    "$venv/bin/python" -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+        "$REPO/pyproject.toml" >"$work/kvobs.txt"
     quiet "$venv/bin/python" -m pip install -q --no-deps "$wheel"
-    quiet "$venv/bin/python" -m pip install -q -c <(echo "$TORCH_PIN") -r "$work/declared.txt"
+    quiet "$venv/bin/python" -m pip install -q -c <(echo "$TORCH_PIN") -r "$work/declared.txt" \
+        -r "$work/kvobs.txt"
     rm -rf "$work"
 }
 
