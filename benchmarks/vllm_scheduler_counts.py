@@ -1,26 +1,33 @@
-"""What kvobs adds to a real vLLM 0.33 scheduler step, counted instead of timed.
+"""What kvobs adds to a real vLLM 0.33 scheduler step, counted under cachegrind.
 
 The timed A/B (:mod:`benchmarks.vllm_scheduler_overhead`) is the figure the goal is
-stated in, but on a small shared machine its sets of schedulers disagree by more than
-the 72-request goal itself (+17 to +157 us a step around a median of ~+40 to +80 us,
-against 1% of a ~2-3 ms step). Counts do not move between runs: this benchmark runs the
-same deterministic workload under valgrind's cachegrind and reports, per step, the
-instructions executed and the simulated first-level and last-level cache misses, for a
-plain scheduler and one instrumented as the plugin does (reuse profile, decode-written
-blocks, step timing, every hook), and their ratio.
+stated in; on a small shared machine its sets of schedulers disagree by more than the
+72-request goal itself. This benchmark counts instead: the same workload under valgrind's
+cachegrind, per step, the instructions executed and the simulated first-level and
+last-level cache misses of a plain scheduler, of one instrumented as the plugin does
+(reuse profile, decode-written blocks, step timing, every hook), and of a second plain
+one, the control. The control runs unless ``--no-control``, because the counts are not
+repeatable between processes: a plain scheduler's step differs from another plain
+one's by 0.6-1.1% in instructions and 1.3-2.1% in estimated cycles at 72 running
+requests, almost all of it in CPython's type attribute cache and dict lookups (type
+version tags and name addresses, which decide its collisions, differ between
+processes), and turning address randomisation off (``setarch -R``) did not change that.
+So the counts say what the clock says, with their own noise beside them: kvobs's added
+work, not a precise ratio. ``--bytecodes`` of the timed benchmark is the count that
+repeats exactly (kvobs's own Python per step).
 
-How: four child processes, each under ``valgrind --tool=cachegrind --cache-sim=yes``,
-two at a time. Each builds one scheduler (the test bed of the timed benchmark: the
+How: six child processes (four with ``--no-control``), each under ``valgrind
+--tool=cachegrind --cache-sim=yes``, two at a time. Each builds one scheduler (the test bed of the timed benchmark: the
 ``OffloadingConnector`` with CPU offloading, ``--running`` requests with shared
 prefixes), runs ``--warmup`` steps (past step timing's warm-up), then ``0`` or
 ``--measure`` more with the garbage collector off (as the timed A/B runs its rounds:
-where a collection falls depends on every allocation before it, and one full collection
-of the engine's heap outweighs what a step's hooks do), and exits at once. Per step =
-(counts after ``--measure`` - counts after 0) / ``--measure``: the start-up, the imports
-and the warm-up cancel out. ``PYTHONHASHSEED=0`` makes the block hashes, and so the steps,
-the same in every child (the plain and the instrumented scheduler schedule the same
-tokens, hit the same blocks and offload the same bytes); ``PYTHONMALLOC=malloc`` is what
-valgrind needs to see Python's allocations.
+one full collection of the engine's heap outweighs what a step's hooks do), and exits at
+once. Per step = (counts after ``--measure`` - counts after 0) / ``--measure``: the
+start-up, the imports and the warm-up cancel out. ``PYTHONHASHSEED=0`` makes the block
+hashes, and so the steps, the same in every child (all three schedule the same tokens,
+hit the same blocks and offload the same bytes); ``PYTHONMALLOC=malloc`` is what
+valgrind needs to see Python's allocations; one BLAS / OpenMP thread, so no idle thread
+spins inside the count.
 
 The last level simulated is, by default, one core's 1 MiB second-level cache
 (``--ll 1048576,8,64``): a miss there goes to the third level, shared with the other
@@ -29,18 +36,18 @@ instrumented step pays for data the engine's own work pushed out between two hoo
 Valgrind's own pick (``--ll host``) follows the CPU's report, which on this VM reads the
 third level as 384 MB (simulated as 512 MB): nothing ever misses it. The estimated cycles
 are KCachegrind's estimate: instructions + 10 x first-level misses + 100 x last-level
-misses. It is a model (no branch mispredictions, no out-of-order
-overlap, cachegrind's two-level cache), not a clock: it answers "how much more work per
-step", exactly and repeatably, where the clock on this machine cannot; the timed A/B
-stays the judge of microseconds.
+misses, a model (no branch mispredictions, no out-of-order overlap, two cache levels),
+not a clock. ``--keep DIR`` keeps the per-function files: ``cg_diff`` of a child's 0-step
+and N-step files is its steps, and ``cg_diff`` of two such differences puts the added
+instructions and misses on C functions (the interpreter's, kvobs's extension's).
 
-Run from the repository root with the vLLM venv and valgrind installed (about 20 minutes
-at 72 running requests)::
+Run from the repository root with the vLLM venv and valgrind installed (about 15 minutes
+at 72 running requests on two idle cores)::
 
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts              # table
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --json
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --running 8
-    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --control  # + plain vs plain
+    .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts --keep /tmp/cg  # + cg_diff
 """
 
 from __future__ import annotations
@@ -203,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="steps before counting (past step timing's warm-up)")
     parser.add_argument("--measure", type=int, default=300, help="steps counted")
     parser.add_argument("--jobs", type=int, default=2, help="children under valgrind at once")
-    parser.add_argument("--control", action="store_true",
-                        help="count a second plain scheduler too (plain vs plain: how far "
-                             "two identical runs differ; half as long again)")
+    parser.add_argument("--no-control", dest="control", action="store_false",
+                        help="skip the second plain scheduler (plain vs plain, how far two "
+                             "identical runs' counts differ: a third of the run time)")
     parser.add_argument("--ll", metavar="SIZE,ASSOC,LINE", default="1048576,8,64",
                         help="the simulated last-level cache (valgrind's --LL; default: one "
                              "core's 1 MiB second-level cache, what a core has to itself "
