@@ -17,17 +17,17 @@ work, not a precise ratio. ``--bytecodes`` of the timed benchmark is the count t
 repeats exactly (kvobs's own Python per step).
 
 How: six child processes (four with ``--no-control``), each under ``valgrind
---tool=cachegrind --cache-sim=yes``, two at a time. Each builds one scheduler (the test bed of the timed benchmark: the
-``OffloadingConnector`` with CPU offloading, ``--running`` requests with shared
-prefixes), runs ``--warmup`` steps (past step timing's warm-up), then ``0`` or
-``--measure`` more with the garbage collector off (as the timed A/B runs its rounds:
-one full collection of the engine's heap outweighs what a step's hooks do), and exits at
-once. Per step = (counts after ``--measure`` - counts after 0) / ``--measure``: the
-start-up, the imports and the warm-up cancel out. ``PYTHONHASHSEED=0`` makes the block
-hashes, and so the steps, the same in every child (all three schedule the same tokens,
-hit the same blocks and offload the same bytes); ``PYTHONMALLOC=malloc`` is what
-valgrind needs to see Python's allocations; one BLAS / OpenMP thread, so no idle thread
-spins inside the count.
+--tool=cachegrind --cache-sim=yes``, two at a time. Each builds one scheduler (the test
+bed of the timed benchmark: the ``OffloadingConnector`` with CPU offloading,
+``--running`` requests with shared prefixes), runs ``--warmup`` steps (past step
+timing's warm-up), then ``0`` or ``--measure`` more with the garbage collector off (as
+the timed A/B runs its rounds: one full collection of the engine's heap outweighs what a
+step's hooks do), and exits at once. Per step = (counts after ``--measure`` - counts
+after 0) / ``--measure``: the start-up, the imports and the warm-up cancel out.
+``PYTHONHASHSEED=0`` makes the block hashes, and so the steps, the same in every child
+(all three schedule the same tokens, hit the same blocks and offload the same bytes);
+``PYTHONMALLOC=malloc`` is what valgrind needs to see Python's allocations; one BLAS /
+OpenMP thread, so no idle thread spins inside the count.
 
 The last level simulated is, by default, one core's 1 MiB second-level cache
 (``--ll 1048576,8,64``): a miss there goes to the third level, shared with the other

@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import inspect
 import json
 import os
 import random
@@ -384,7 +385,7 @@ def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, fl
     tracer, so the same workload gives the same figures on any machine, however loaded.
     What kvobs's Python does per step, not what it costs: C calls count as the one
     bytecode that makes them, and the tracer's own time is nowhere."""
-    package = str(Path(__import__("kvobs").__file__).parent)
+    package = str(Path(inspect.getfile(Recorder)).parent)  # the kvobs package
     wrapper = _hooks.WRAPPER_FILE.split("{", 1)[0]
     ops: dict[Any, int] = {}
     calls: dict[Any, int] = {}
@@ -416,7 +417,7 @@ def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, fl
             gc.enable()
 
     def where(code: Any) -> str:
-        name = code.co_filename
+        name = str(code.co_filename)
         if name.startswith(package):
             name = f"{Path(name).relative_to(package).with_suffix('')}".replace("/", ".")
             return f"{name}.{code.co_name}"
