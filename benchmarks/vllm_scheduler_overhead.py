@@ -470,6 +470,19 @@ def scrape_cost(blocks: int, repeats: int) -> dict[str, Any]:
             "cached": gpu.cached_blocks}
 
 
+def _print_rows(rows: list[tuple[str, float, float]], as_json: bool, keys: tuple[str, ...],
+                line: Callable[[str, float, float], str], total: str) -> None:
+    """``(name, per step, value)`` rows as one JSON list (figures to 3 decimals), or a
+    line each and the total."""
+    if as_json:
+        print(json.dumps([{key: round(v, 3) if isinstance(v, float) else v
+                           for key, v in zip(keys, row, strict=True)} for row in rows]))
+        return
+    for row in rows:
+        print(line(*row))
+    print(total)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--running", type=int, default=72, help="requests kept in the engine")
@@ -499,15 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.bytecodes:
         counted = bytecode_counts(args.running, args.rounds * args.steps, args.warmup)
-        if args.json:
-            print(json.dumps([{"function": n, "calls_per_step": round(c, 3),
-                               "bytecodes_per_step": round(b, 1)} for n, c, b in counted]))
-            return 0
-        for name, calls, codes in counted:
-            print(f"{name:60s} {calls:6.2f} calls/step {codes:8.1f} bytecodes/step")
-        print(f"kvobs's Python, {args.running} running requests: "
-              f"{sum(b for _, _, b in counted):.0f} bytecodes in "
-              f"{sum(c for _, c, _ in counted):.1f} calls per step")
+        _print_rows(counted, args.json, ("function", "calls_per_step", "bytecodes_per_step"),
+                    lambda n, c, b: f"{n:60s} {c:6.2f} calls/step {b:8.1f} bytecodes/step",
+                    f"kvobs's Python, {args.running} running requests: "
+                    f"{sum(b for _, _, b in counted):.0f} bytecodes in "
+                    f"{sum(c for _, c, _ in counted):.1f} calls per step")
         return 0
     if args.methods:
         method_rows = method_costs(args.running, args.rounds, args.steps, args.warmup,
@@ -537,14 +546,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.readers:
         rows = reader_costs(args.running, args.rounds * args.steps, args.warmup)
-        if args.json:
-            print(json.dumps([{"reader": n, "calls_per_step": round(c, 3),
-                               "us_per_call": round(u, 2)} for n, c, u in rows]))
-            return 0
-        for name, calls, us in rows:
-            print(f"{name:44s} {calls:6.2f} calls/step {us:7.2f} us/call {calls * us:7.2f} us/step")
-        print(f"all readers, in place: {sum(c * u for _, c, u in rows):.1f} us per step "
-              f"({args.running} running requests)")
+        _print_rows(rows, args.json, ("reader", "calls_per_step", "us_per_call"),
+                    lambda n, c, u: f"{n:44s} {c:6.2f} calls/step {u:7.2f} us/call "
+                                    f"{c * u:7.2f} us/step",
+                    f"all readers, in place: {sum(c * u for _, c, u in rows):.1f} us per "
+                    f"step ({args.running} running requests)")
         return 0
     result = {"step": step_overhead(args.running, args.rounds, args.steps, args.warmup,
                                     cpu=not args.wall, blocks=args.blocks),
