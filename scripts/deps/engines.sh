@@ -114,7 +114,7 @@ install_declared() {  # the engine's wheel --no-deps, then what the wheel declar
     # shellcheck disable=SC2086  # the package list is words
     "$venv/bin/python" "$REPO/scripts/deps/declared_requirements.py" "$wheel" \
         --without ${ENGINE_DECLARED_WITHOUT[$engine]} >"$work/declared.txt"
-    # kvobs's own dependencies in the same resolve, as `pip install <engine> kvobs` would:
+    # kvobs's own dependencies in the same resolve, as one pip command for both would:
     # what the engine leaves open lands where both fit. Resolved apart, SGLang's tree took
     # opentelemetry-api 1.45.3 (no SDK release matches it) and protobuf 7 (grpcio's tools),
     # and kvobs's SDK and exporter then had no version left.
