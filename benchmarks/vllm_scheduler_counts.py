@@ -71,7 +71,8 @@ _SUMMARY = {"I   refs": "instructions", "I1  misses": "i1_misses", "LLi misses":
 _LINE = re.compile(r"^==\d+== (" + "|".join(re.escape(k) for k in _SUMMARY)
                    + r"):\s+([\d,]+)", re.M)
 MODES = ("plain", "kvobs")
-#: ``--control``: a second plain scheduler in processes of its own (plain vs plain)
+#: the control: a second plain scheduler in processes of its own (plain vs plain;
+#: ``--no-control`` skips it)
 CONTROL = "control"
 
 
@@ -229,15 +230,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.measure < 1 or args.warmup < 0:
         parser.error("--measure must be >= 1 and --warmup >= 0")
+    last_level = None if args.ll == "host" else args.ll
+    if last_level is not None and not re.fullmatch(r"\d+,\d+,\d+", last_level):
+        parser.error(f"--ll {args.ll!r}: give SIZE,ASSOC,LINE in bytes (e.g. 1048576,8,64) "
+                     "or 'host'")
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         print("vllm_scheduler_counts: valgrind is not installed (Debian: apt-get install "
               "valgrind)", file=sys.stderr)
         return 2
-    last_level = None if args.ll == "host" else args.ll
-    if last_level is not None and not re.fullmatch(r"\d+,\d+,\d+", last_level):
-        parser.error(f"--ll {args.ll!r}: give SIZE,ASSOC,LINE in bytes (e.g. 1048576,8,64) "
-                     "or 'host'")
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     tool = Cachegrind(valgrind, last_level, args.keep.resolve() if args.keep else None)

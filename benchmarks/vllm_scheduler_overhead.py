@@ -421,7 +421,7 @@ def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, fl
         if name.startswith(package):
             name = f"{Path(name).relative_to(package).with_suffix('')}".replace("/", ".")
             return f"{name}.{code.co_name}"
-        return name.strip("<>").replace("kvobs wrapper ", "wrapper ")
+        return "wrapper " + name[len(wrapper):].rstrip(">")  # <kvobs wrapper X> -> wrapper X
 
     return sorted(((where(code), calls[code] / steps, ops.get(code, 0) / steps)
                    for code in calls), key=lambda row: -row[2])
