@@ -22,7 +22,8 @@ PACKAGES = [
 
 NATIVE_KERNELS = Extension(
     "kvobs.kernels._native",
-    sources=["kernels/_native.c"],
+    sources=["kernels/_native.c", "kernels/_hookcall.c"],
+    depends=["kernels/_hookcall.h"],
     extra_compile_args=["-O3", "-std=c11"],
     optional=True,
 )

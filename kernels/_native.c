@@ -26,6 +26,7 @@
  *   walk_slots(blocks, hash_member, count_member) -> (hashed, in_use, cached): one pass
  *       over a vLLM BlockPool's blocks (kvobs.adapters.vllm.block_pool.walk), reading two
  *       __slots__ fields by their offsets.
+ *   HookCall: an adapter's wrapper of one engine method (kernels/_hookcall.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include "_hookcall.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
@@ -2475,6 +2477,10 @@ PyMODINIT_FUNC PyInit__native(void)
     Py_INCREF(&LinkCoreType);
     if (PyModule_AddObject(m, "LinkCore", (PyObject *)&LinkCoreType) < 0) {
         Py_DECREF(&LinkCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (hookcall_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

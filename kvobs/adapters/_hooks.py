@@ -20,7 +20,12 @@ No adapter writes recorder fields or its own ``try``/``except``: readers call th
 hook that only adds one argument to a counter (``count=``) gets a generated wrapper with
 the engine method's own signature, the cheapest Python can do (one call, one add);
 before / after hooks on a method with plain parameters get a generated wrapper with its
-signature too (no ``*args`` packing per call).
+signature too (no ``*args`` packing per call). Where the C extension is built, such a
+wrapper is installed as its C twin, :class:`kvobs.kernels._native.HookCall`, which binds
+the same parameters and calls the same readers with no Python frame of its own (a hook
+whose reader is C too, such as ``count=`` on the C event counters, then runs no Python
+at all); the generated wrapper stays its fallback for calls it does not bind. Hooks with
+a ``when`` gate (an expression) and coroutines keep the Python wrapper.
 
 Example:
     >>> from kvobs.recorder import Recorder
@@ -56,6 +61,7 @@ from typing import Any, TypeVar
 
 from kvobs.errors import KvobsError
 from kvobs.events import EVENTS, NULL_TIER, TierEvents
+from kvobs.kernels._ext import native
 from kvobs.telemetry.logs import get_logger
 from kvobs.telemetry.ratelimit import RateLimit
 
@@ -384,10 +390,41 @@ def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) ->
         wrapper = _async_wrapper(inst, hook, original)
     else:
         wrapper = _call_wrapper(inst, hook, original)
-    functools.update_wrapper(wrapper, original, assigned=("__name__", "__qualname__", "__doc__"),
-                             updated=())
-    wrapped: Callable[..., Any] = wrapper
+    wrapped: Callable[..., Any] = _native_wrapper(inst, hook, original, wrapper) or wrapper
+    for each in {id(wrapper): wrapper, id(wrapped): wrapped}.values():
+        functools.update_wrapper(each, original, assigned=("__name__", "__qualname__",
+                                                           "__doc__"), updated=())
     return wrapped
+
+
+_HookCall: Any = getattr(native, "HookCall", None)
+
+
+def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any],
+                    fallback: Callable[..., Any]) -> Any:
+    """The C twin of ``fallback`` (:class:`kvobs.kernels._native.HookCall`, no Python frame
+    of its own), or None where the extension is not built or ``hook`` needs Python: a
+    ``when`` gate (an expression), a coroutine, parameters that are not plain. Calls it
+    cannot bind (an unknown keyword, a one-shot iterator a reader iterates too) go to
+    ``fallback``, which means the same."""
+    if _HookCall is None or hook.when is not None or inspect.iscoroutinefunction(original):
+        return None
+    params = _plain_params(original)
+    if params is None or len(params) > _HOOKCALL_MAX_PARAMS:
+        return None
+    names = tuple(p.name for p in params)
+    if not all(name in names for name in (*hook.reiterable, *filter(None, [hook.count]))):
+        return None
+    defaults = tuple(p.default for p in params if p.default is not p.empty) or None
+    count = getattr(inst.tier, hook.means) if hook.count is not None else None
+    return _HookCall(original, names, defaults, inst, inst.error, inst.component, fallback,
+                     before=hook.before, after=hook.after, count=count,
+                     count_at=names.index(hook.count) if hook.count is not None else -1,
+                     reiterable=tuple(names.index(name) for name in hook.reiterable))
+
+
+#: Parameters a :class:`~kvobs.kernels._native.HookCall` binds (``HOOK_MAX_PARAMS``).
+_HOOKCALL_MAX_PARAMS = 12
 
 
 def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:

@@ -1,10 +1,13 @@
-"""The two before / after wrappers do the same thing to an engine call: the one generated
-with the engine method's own signature and the ``*args`` one (for signatures it cannot
-copy). The same readers, arguments, results, errors and exceptions, with positional and
-keyword arguments, defaults and iterators."""
+"""The three before / after wrappers do the same thing to an engine call: the C one
+(``kvobs.kernels._native.HookCall``, where the extension is built), the Python one
+generated with the engine method's own signature (its fallback, and where there is no
+extension) and the ``*args`` one (for signatures neither can copy). The same readers,
+arguments, results, errors and exceptions, with positional and keyword arguments,
+defaults and iterators."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import inspect
 import weakref
@@ -17,10 +20,15 @@ from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.recorder import Recorder
 
 
-@pytest.fixture(params=["generated", "args"])
+@pytest.fixture(params=["native", "generated", "args"])
 def wrappers(request, monkeypatch):
-    """Which wrapper instrument() installs: generated with the engine's signature, or the
-    ``*args`` one (what an engine method with ``*args`` / keyword-only parameters gets)."""
+    """Which wrapper instrument() installs: the C one, the Python one generated with the
+    engine's signature (no extension), or the ``*args`` one (what an engine method with
+    ``*args`` / keyword-only parameters gets)."""
+    if request.param == "native" and _hooks._HookCall is None:
+        pytest.skip("the C extension is not built here")
+    if request.param != "native":
+        monkeypatch.setattr(_hooks, "_HookCall", None)
     if request.param == "args":
         monkeypatch.setattr(_hooks, "_plain_params", lambda original: None)
     return request.param
@@ -76,10 +84,14 @@ def start(engine: Engine, spec: AdapterSpec, rec: Recorder) -> Instrumentation:
 def test_the_wrapper_kind_is_the_one_asked_for(wrappers):
     engine = Engine()
     start(engine, spec_with([]), Recorder())
-    generated = engine.store.__code__.co_varnames[:2] == ("keys", "req")
-    assert generated == (wrappers == "generated")
+    native = _hooks._HookCall is not None and isinstance(engine.store, _hooks._HookCall)
+    assert native == (wrappers == "native")
+    python = engine.store.fallback if native else engine.store  # the C one's fallback
+    generated = python.__code__.co_varnames[:2] == ("keys", "req")
+    assert generated == (wrappers != "args")
     if generated:  # told apart from an engine's own generated code (dataclasses: <string>)
-        assert engine.store.__code__.co_filename == "<kvobs wrapper test.engine.store>"
+        assert python.__code__.co_filename == "<kvobs wrapper test.engine.store>"
+        assert python.__name__ == "store" and python.__wrapped__.__func__ is Engine.store
     assert engine.store.__name__ == "store" and engine.store.__wrapped__.__func__ is Engine.store
     assert inspect.signature(engine.store) == inspect.signature(Engine().store)
 
@@ -133,6 +145,29 @@ def test_engine_exceptions_pass_through_and_nothing_is_read_after(wrappers):
     with capture_logs(), pytest.raises(TypeError):
         engine.store()  # the engine's own TypeError for a call it does not take
     assert seen == []
+
+
+def test_calls_the_wrapper_cannot_bind_reach_the_engine_as_made(wrappers):
+    """Too many arguments, an unknown or repeated keyword: the engine raises its own
+    TypeError and no reader runs (the C wrapper hands such calls to its fallback)."""
+    seen: list = []
+    engine = Engine()
+    start(engine, spec_with(seen), Recorder())
+    for args, kwargs in ((([], "r", True, "extra"), {}), ((["a"],), {"req": "r", "nope": 1}),
+                         ((["a"], "r"), {"req": "again"})):
+        with pytest.raises(TypeError):
+            engine.store(*args, **kwargs)
+    assert seen == [] and engine.calls == []
+    assert engine.store(keys=["k"], success=False, req="r") == 1  # keywords in any order
+    bound = {"keys": ["k"], "req": "r", "success": False}
+    assert seen == [("before", bound), ("after", "state", 1, bound)]
+
+
+def test_a_copied_engine_keeps_the_wrapper_as_a_function_is_kept(wrappers):
+    engine = Engine()
+    start(engine, spec_with([]), Recorder())
+    assert copy.copy(engine.store) is engine.store
+    assert copy.deepcopy(engine.store) is engine.store
 
 
 def test_a_base_exception_in_a_reader_is_not_swallowed(wrappers):

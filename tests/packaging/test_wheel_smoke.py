@@ -116,7 +116,8 @@ def test_sdist_holds_what_the_wheel_is_built_from(dist):
     sdist, _wheel = dist
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for needed in ("README.md", "kernels/_native.c", "setup.py", "pyproject.toml",
+    for needed in ("README.md", "kernels/_native.c", "kernels/_hookcall.c",
+                   "kernels/_hookcall.h", "setup.py", "pyproject.toml",
                    "MANIFEST.in", *(f"dashboards/generated/{p.name}" for p in GENERATED)):
         assert needed in names, needed
 

@@ -1,0 +1,397 @@
+/*
+ * kvobs.kernels._native.HookCall: an adapter's wrapper of one engine method, in C.
+ *
+ * kvobs.adapters._hooks generates a Python wrapper per hooked engine method; a call then
+ * pays a Python frame for the wrapper alone (about a microsecond in a real vLLM scheduler
+ * step, whose own work has pushed the frame's code and data out of the caches). HookCall
+ * does what that generated wrapper does, with no frame of its own:
+ *
+ *   count hook   result = original(...); count(<the count argument>)
+ *   reader hook  state = before(inst, *params); result = original(...);
+ *                after(inst, state, result, *params)
+ *
+ * The engine's call goes to `original` exactly as it came (its arguments, keywords and
+ * result or exception untouched). The readers get the method's parameters bound by
+ * position, defaults filled in, as the generated wrapper passes them. A reader (or the
+ * count) that raises an Exception is reported as error(component, exc) and the engine
+ * call goes on: a failing `before` skips `after` (there is no state to read); anything
+ * that is not an Exception (KeyboardInterrupt) propagates, as `except Exception` lets it.
+ *
+ * An argument a reader iterates as well as the engine (`reiterable`) that is not a list
+ * or a tuple (an iterator, a set) is turned into a list first, passed to the engine and
+ * the readers alike, as the generated wrapper does. Calls whose arguments cannot be bound
+ * here (too many, an unknown or repeated keyword, a required parameter missing) go to
+ * `fallback`, the generated Python wrapper with the same meaning, which raises as Python
+ * does.
+ *
+ *   HookCall(original, params, defaults, inst, error, component, fallback, *,
+ *            before=None, after=None, count=None, count_at=-1, reiterable=())
+ *
+ * params: the method's parameter names (after self), defaults: its __defaults__ (or
+ * None), count_at: the index in params of the argument `count` is called with, and
+ * reiterable: indices in params of the arguments `fallback` must list first.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include "_hookcall.h"
+
+/* Parameters bound on the stack; a method with more goes to `fallback`. */
+#define HOOK_MAX_PARAMS 12
+/* Slots in front of the bound parameters: the offset slot, inst, state, result. */
+#define HOOK_HEAD 4
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original, *params, *defaults, *inst, *error, *component, *fallback;
+    PyObject *before, *after, *count;
+    Py_ssize_t count_at;
+    Py_ssize_t reiterable[HOOK_MAX_PARAMS];
+    Py_ssize_t n_reiterable;
+    PyObject *dict; /* __name__, __wrapped__... (functools.update_wrapper) */
+} HookCall;
+
+/* Bind the call's arguments to params into out[0..n-1], and where[i] the index in args
+ * of out[i] (-1: a default): 1 done, 0 not bindable here (the fallback decides), never
+ * an error. */
+static int bind(HookCall *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                PyObject **out, Py_ssize_t *where)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(self->params);
+    if (nargs > n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = i < nargs ? args[i] : NULL;
+        where[i] = i < nargs ? i : -1;
+    }
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t found = -1;
+        for (Py_ssize_t i = nargs; i < n && found < 0; i++)
+            if (kw == PyTuple_GET_ITEM(self->params, i))
+                found = i;
+        for (Py_ssize_t i = nargs; i < n && found < 0; i++)
+            if (PyUnicode_Compare(kw, PyTuple_GET_ITEM(self->params, i)) == 0)
+                found = i;
+        if (found < 0 || out[found] != NULL)
+            return 0;
+        out[found] = args[nargs + k];
+        where[found] = nargs + k;
+    }
+    Py_ssize_t n_defaults = self->defaults ? PyTuple_GET_SIZE(self->defaults) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (out[i] != NULL)
+            continue;
+        Py_ssize_t d = i - (n - n_defaults);
+        if (d < 0)
+            return 0;
+        out[i] = PyTuple_GET_ITEM(self->defaults, d);
+    }
+    return 1;
+}
+
+/* The reiterable arguments that are no list or tuple, listed: in out[] (the readers) and
+ * in a copy of the call's arguments (the engine), into *call_args (args itself when
+ * nothing was listed). The lists are held in held[] (*n_held of them). 0, or -1 with the
+ * iterator's exception set. */
+static int relist(HookCall *self, PyObject *const *args, Py_ssize_t n_given, PyObject **out,
+                  const Py_ssize_t *where, PyObject **copy, PyObject *const **call_args,
+                  PyObject **held, int *n_held)
+{
+    *call_args = args;
+    *n_held = 0;
+    for (Py_ssize_t r = 0; r < self->n_reiterable; r++) {
+        Py_ssize_t i = self->reiterable[r];
+        if (PyList_Check(out[i]) || PyTuple_Check(out[i]))
+            continue;
+        PyObject *list = PySequence_List(out[i]);
+        if (list == NULL)
+            return -1;
+        held[(*n_held)++] = list;
+        out[i] = list;
+        if (where[i] < 0)
+            continue; /* a default: the engine takes its own */
+        if (*call_args == args) { /* copy[0]: the slot PY_VECTORCALL_ARGUMENTS_OFFSET lends */
+            memcpy(copy + 1, args, n_given * sizeof(PyObject *));
+            *call_args = copy + 1;
+        }
+        copy[1 + where[i]] = list;
+    }
+    return 0;
+}
+
+/* A reader raised. An Exception is handed to error(component, exc) and cleared: 0. Any
+ * other exception stays set, and so does one raised by error() itself: -1. */
+static int reader_failed(HookCall *self)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *call[2] = {self->component, value};
+    PyObject *r = PyObject_Vectorcall(self->error, call, 2, NULL);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *hookcall_call(HookCall *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames, PyObject **slots);
+
+static PyObject *hookcall_vectorcall(HookCall *self, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *slots[HOOK_HEAD + HOOK_MAX_PARAMS];
+    PyObject **bound = slots + HOOK_HEAD;
+    Py_ssize_t where[HOOK_MAX_PARAMS];
+    if (!bind(self, args, nargs, kwnames, bound, where))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (self->n_reiterable == 0)
+        return hookcall_call(self, args, nargsf, kwnames, slots);
+    PyObject *copy[1 + HOOK_MAX_PARAMS], *held[HOOK_MAX_PARAMS];
+    PyObject *const *call_args;
+    int n_held;
+    Py_ssize_t n_given = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (relist(self, args, n_given, bound, where, copy, &call_args, held, &n_held) < 0)
+        return NULL;
+    if (call_args != args)
+        nargsf = (size_t)nargs | PY_VECTORCALL_ARGUMENTS_OFFSET;
+    PyObject *result = hookcall_call(self, call_args, nargsf, kwnames, slots);
+    for (int i = 0; i < n_held; i++)
+        Py_DECREF(held[i]);
+    return result;
+}
+
+/* The wrapped call: the engine's with `args` as given, the readers' with the parameters
+ * bound at slots + HOOK_HEAD. */
+static PyObject *hookcall_call(HookCall *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames, PyObject **slots)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(self->params);
+    PyObject **bound = slots + HOOK_HEAD;
+    if (self->count != NULL) {
+        PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+        if (result == NULL)
+            return NULL;
+        PyObject *r = PyObject_Vectorcall(self->count, &bound[self->count_at], 1, NULL);
+        if (r != NULL)
+            Py_DECREF(r);
+        else if (reader_failed(self) < 0)
+            Py_CLEAR(result);
+        return result;
+    }
+
+    /* Each reader call borrows the slots in front of the parameters it takes. */
+    PyObject *state;
+    if (self->before != NULL) {
+        slots[HOOK_HEAD - 1] = self->inst;
+        state = PyObject_Vectorcall(self->before, slots + HOOK_HEAD - 1,
+                                    (size_t)(1 + n) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (state == NULL) {
+            if (reader_failed(self) < 0)
+                return NULL;
+            return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+        }
+    } else {
+        state = Py_NewRef(Py_None);
+    }
+    PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    if (result != NULL && self->after != NULL) {
+        slots[1] = self->inst;
+        slots[2] = state;
+        slots[3] = result;
+        PyObject *r = PyObject_Vectorcall(self->after, slots + 1,
+                                          (size_t)(3 + n) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          NULL);
+        if (r != NULL)
+            Py_DECREF(r);
+        else if (reader_failed(self) < 0)
+            Py_CLEAR(result);
+    }
+    Py_DECREF(state);
+    return result;
+}
+
+static int hookcall_traverse(HookCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->original);
+    Py_VISIT(self->params);
+    Py_VISIT(self->defaults);
+    Py_VISIT(self->inst);
+    Py_VISIT(self->error);
+    Py_VISIT(self->component);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->before);
+    Py_VISIT(self->after);
+    Py_VISIT(self->count);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int hookcall_clear(HookCall *self)
+{
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->params);
+    Py_CLEAR(self->defaults);
+    Py_CLEAR(self->inst);
+    Py_CLEAR(self->error);
+    Py_CLEAR(self->component);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->before);
+    Py_CLEAR(self->after);
+    Py_CLEAR(self->count);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void hookcall_dealloc(HookCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    hookcall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* NULL for None, else the object (a new reference either way: NULL needs none). */
+static PyObject *optional(PyObject *obj)
+{
+    return obj == NULL || obj == Py_None ? NULL : Py_NewRef(obj);
+}
+
+static PyObject *hookcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"original", "params", "defaults", "inst", "error", "component",
+                             "fallback", "before", "after", "count", "count_at", "reiterable",
+                             NULL};
+    PyObject *original, *params, *defaults, *inst, *error, *component, *fallback;
+    PyObject *before = NULL, *after = NULL, *count = NULL, *reiterable = NULL;
+    Py_ssize_t count_at = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOUO|$OOOnO", kwlist, &original,
+                                     &PyTuple_Type, &params, &defaults, &inst, &error,
+                                     &component, &fallback, &before, &after, &count,
+                                     &count_at, &reiterable))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(params);
+    if (n > HOOK_MAX_PARAMS)
+        return PyErr_Format(PyExc_ValueError, "HookCall: %zd params, at most %d", n,
+                            HOOK_MAX_PARAMS);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(params, i)))
+            return PyErr_Format(PyExc_TypeError, "HookCall: params[%zd] is not a str", i);
+    if (defaults != Py_None && (!PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) > n))
+        return PyErr_Format(PyExc_TypeError, "HookCall: defaults must be None or a tuple of "
+                                             "at most %zd values", n);
+    int has_count = count != NULL && count != Py_None;
+    if (has_count && (count_at < 0 || count_at >= n))
+        return PyErr_Format(PyExc_ValueError, "HookCall: count_at %zd is not a param index",
+                            count_at);
+    if (has_count && ((before && before != Py_None) || (after && after != Py_None)))
+        return PyErr_Format(PyExc_ValueError, "HookCall: a count hook has no readers");
+    HookCall *self = (HookCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)hookcall_vectorcall;
+    self->original = Py_NewRef(original);
+    self->params = Py_NewRef(params);
+    self->defaults = optional(defaults);
+    self->inst = Py_NewRef(inst);
+    self->error = Py_NewRef(error);
+    self->component = Py_NewRef(component);
+    self->fallback = Py_NewRef(fallback);
+    self->before = optional(before);
+    self->after = optional(after);
+    self->count = has_count ? Py_NewRef(count) : NULL;
+    self->count_at = count_at;
+    if (reiterable != NULL && reiterable != Py_None) {
+        PyObject *seq = PySequence_Fast(reiterable, "HookCall: reiterable must be a sequence");
+        if (seq == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+        for (Py_ssize_t r = 0; r < m; r++) {
+            Py_ssize_t at = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, r));
+            if (at < 0 || at >= n) {
+                Py_DECREF(seq);
+                Py_DECREF(self);
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_ValueError, "HookCall: reiterable %zd is not a "
+                                                   "param index", at);
+                return NULL;
+            }
+            self->reiterable[self->n_reiterable++] = at;
+        }
+        Py_DECREF(seq);
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *hookcall_repr(HookCall *self)
+{
+    return PyUnicode_FromFormat("<kvobs HookCall %U of %R>", self->component, self->original);
+}
+
+/* copy.copy / copy.deepcopy: the wrapper itself, as for the Python function it stands in
+ * for (an engine object copied with its wrappers keeps calling the same readers). */
+static PyObject *hookcall_self(PyObject *self, PyObject *unused)
+{
+    return Py_NewRef(self);
+}
+
+static PyMethodDef hookcall_methods[] = {
+    {"__copy__", hookcall_self, METH_NOARGS, NULL},
+    {"__deepcopy__", hookcall_self, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef hookcall_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef hookcall_members[] = {
+    {"fallback", T_OBJECT, offsetof(HookCall, fallback), READONLY,
+     "the generated Python wrapper: calls this type does not bind go there"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HookCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.HookCall",
+    .tp_basicsize = sizeof(HookCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "An adapter's wrapper of one engine method, in C "
+              "(kvobs.adapters._hooks; see kernels/_hookcall.c).",
+    .tp_new = hookcall_new,
+    .tp_dealloc = (destructor)hookcall_dealloc,
+    .tp_traverse = (traverseproc)hookcall_traverse,
+    .tp_clear = (inquiry)hookcall_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(HookCall, vectorcall),
+    .tp_dictoffset = offsetof(HookCall, dict),
+    .tp_methods = hookcall_methods,
+    .tp_getset = hookcall_getset,
+    .tp_members = hookcall_members,
+    .tp_repr = (reprfunc)hookcall_repr,
+};
+
+int hookcall_add(PyObject *module)
+{
+    if (PyType_Ready(&HookCallType) < 0)
+        return -1;
+    Py_INCREF(&HookCallType);
+    if (PyModule_AddObject(module, "HookCall", (PyObject *)&HookCallType) < 0) {
+        Py_DECREF(&HookCallType);
+        return -1;
+    }
+    return 0;
+}
