@@ -118,11 +118,13 @@ def build(tmp: Path, name: str, running: int, instrumented: bool,
 
 
 def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool = True,
-                  blocks: int = 3) -> dict[str, Any]:
+                  blocks: int = 3, fourth: str = "untimed") -> dict[str, Any]:
     """Interleaved rounds over ``blocks`` fresh sets of the four schedulers, each set
     built in another order (where an object lands in memory moves its step time by up to
-    ~1.5%, which a single build would count as kvobs's, or hide)."""
-    order = ["plain", "kvobs", "control", "untimed"]
+    ~1.5%, which a single build would count as kvobs's, or hide). The fourth is kvobs
+    without step timing (``untimed``) or on the generated Python wrappers
+    (``python-wrappers``: the C wrappers' A/B)."""
+    order = ["plain", "kvobs", "control", fourth]
     times: dict[str, list[float]] = {name: [] for name in order}
     per_block: list[float] = []
     for block in range(blocks):
@@ -130,9 +132,12 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
         with tempfile.TemporaryDirectory() as tmp:
             workloads: dict[str, Workload] = {}
             for name in built:
-                workloads[name], recorder = build(Path(tmp), name, running,
-                                                  instrumented=name in ("kvobs", "untimed"),
-                                                  steps=name != "untimed")
+                with _python_wrappers() if name == "python-wrappers" else \
+                        contextlib.nullcontext():
+                    workloads[name], recorder = build(Path(tmp), name, running,
+                                                      instrumented=name not in ("plain",
+                                                                                "control"),
+                                                      steps=name != "untimed")
                 if name == "kvobs":
                     rec = recorder
             for name in built:
@@ -170,7 +175,8 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
         "control_ratio_median": round(statistics.median(noise), 4),
         "control_ratio_total": round(sum(times["control"]) / sum(times["plain"]), 4),
         "added_us_per_step": added_us("kvobs"),
-        "added_us_per_step_without_step_timing": added_us("untimed"),
+        "fourth": fourth,
+        "added_us_per_step_fourth": added_us(fourth),
         "control_added_us_per_step": added_us("control"),
         "gpu_to_host_chunks": snap.link("gpu", "host").blocks,
         "lookups": snap.lookups.lookups,
@@ -287,9 +293,29 @@ def _python_counters() -> Iterator[None]:
             setattr(recorder, original.__name__, original)
 
 
+@contextlib.contextmanager
+def _python_wrappers() -> Iterator[None]:
+    """While it lasts, adapters install the generated Python wrappers (as where the
+    extension is not built), not their C twins (``HookCall``): the C wrappers' A/B."""
+    saved = _hooks._HookCall
+    _hooks._HookCall = None
+    try:
+        yield
+    finally:
+        _hooks._HookCall = saved
+
+
 #: What ``--methods`` sets beside plain and kvobs: the wrappers with no-op readers (their
-#: floor), or kvobs on its pure-Python event counters (the C counters' A/B).
-VERSUS = {"hooks": lambda: _readers_replaced(_nothing), "python-counters": _python_counters}
+#: floor), kvobs on its pure-Python event counters (the C counters' A/B), or on the
+#: generated Python wrappers (the C wrappers' A/B).
+VERSUS = {"hooks": lambda: _readers_replaced(_nothing), "python-counters": _python_counters,
+          "python-wrappers": _python_wrappers}
+#: The step A/B's fourth scheduler (``--fourth``), as its line names it.
+FOURTH = {"untimed": "without step timing", "python-wrappers": "on the Python wrappers"}
+#: Each ``--versus``'s column head and what its scheduler is.
+THIRD = {"hooks": ("hooks", "kvobs with no-op readers"),
+         "python-counters": ("py-cnt", "kvobs on its pure-Python event counters"),
+         "python-wrappers": ("py-wrap", "kvobs on the generated Python wrappers")}
 
 
 def method_costs(running: int, rounds: int, steps: int, warmup: int,
@@ -503,8 +529,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="time each wrapped engine method in place instead: plain, "
                              "instrumented, and with no-op readers (the wrappers' floor)")
     parser.add_argument("--versus", choices=sorted(VERSUS), default="hooks",
-                        help="--methods' third scheduler: no-op readers (hooks), or kvobs on "
-                             "its pure-Python event counters (python-counters)")
+                        help="--methods' third scheduler: no-op readers (hooks), kvobs on "
+                             "its pure-Python event counters (python-counters), or on the "
+                             "generated Python wrappers (python-wrappers)")
+    parser.add_argument("--fourth", choices=sorted(FOURTH), default="untimed",
+                        help="the step A/B's fourth scheduler: kvobs without step timing "
+                             "(untimed), or on the generated Python wrappers "
+                             "(python-wrappers)")
     parser.add_argument("--bytecodes", action="store_true",
                         help="count kvobs's Python bytecodes and calls per step instead, "
                              "per function (deterministic; --rounds x --steps steps)")
@@ -521,15 +552,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.methods:
         method_rows = method_costs(args.running, args.rounds, args.steps, args.warmup,
                                    args.versus)
-        third = "hooks" if args.versus == "hooks" else "py-cnt"
+        third, meaning = THIRD[args.versus]
         if args.json:
             print(json.dumps([{"method": n, "calls_per_step": round(c, 3), "plain_us": round(p, 2),
                                "kvobs_us": round(k, 2), f"{args.versus}_us": round(h, 2)}
                               for n, c, p, k, h in method_rows]))
             return 0
-        print("us per call in place (plain, kvobs, " + (
-            "kvobs with no-op readers" if third == "hooks" else
-            "kvobs on its pure-Python event counters") + "), then us added per step")
+        print(f"us per call in place (plain, kvobs, {meaning}), then us added per step")
         print(f"{'wrapped method':44s} {'calls/step':>10s} {'plain':>7s} {'kvobs':>7s} "
               f"{third:>7s} {'kvobs':>8s} {third:>8s}")
         for name, calls, plain, kvobs, hooks in method_rows:
@@ -541,8 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"added inside wrapped methods, in place, {args.running} running requests: "
               f"{added:.1f} us per step; " + (
                   f"of which the wrappers with no-op readers (their floor) {floor:.1f} us"
-                  if third == "hooks" else
-                  f"on the pure-Python event counters {floor:.1f} us"))
+                  if third == "hooks" else f"{meaning} {floor:.1f} us"))
         return 0
     if args.readers:
         rows = reader_costs(args.running, args.rounds * args.steps, args.warmup)
@@ -553,7 +581,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"step ({args.running} running requests)")
         return 0
     result = {"step": step_overhead(args.running, args.rounds, args.steps, args.warmup,
-                                    cpu=not args.wall, blocks=args.blocks),
+                                    cpu=not args.wall, blocks=args.blocks,
+                                    fourth=args.fourth),
               "scrape": scrape_cost(args.scrape_blocks, args.scrape_repeats)}
     if args.json:
         print(json.dumps(result))
@@ -563,8 +592,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{step['step_us_plain']:.0f} us, kvobs {step['step_us_kvobs']:.0f} us -> "
           f"{step['ratio_median']:.3f}x median of rounds ({step['ratio_total']:.3f}x totals, "
           f"{step['ratio_best']:.3f}x best rounds)")
-    print(f"added per step: {step['added_us_per_step']:.1f} us (without step timing "
-          f"{step['added_us_per_step_without_step_timing']:.1f} us; goal <= 10 us at 8 "
+    fourth = FOURTH[step["fourth"]]
+    print(f"added per step: {step['added_us_per_step']:.1f} us ({fourth} "
+          f"{step['added_us_per_step_fourth']:.1f} us; goal <= 10 us at 8 "
           f"running requests, <= 1.01x at 72)")
     print("added per step in each set of schedulers: "
           + ", ".join(f"{b:+.1f} us" for b in step["added_us_per_block"]))
