@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
+from kvobs.adapters import _hooks
 from kvobs.adapters.vllm import BlockPoolInstrumentation, gpu_tier_capacity, instrument_scheduler
 from kvobs.adapters.vllm.manager import VllmInstrumentation
 from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
@@ -103,6 +104,10 @@ def test_returning_conversations_equal_vllm_at_every_step(tmp_path: Path) -> Non
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES,
                                           kv_events=True), transfer_delay=3)
     rec, inst, kit = instrumented(driver)
+    if _hooks._HookCall is not None:  # the counts below come through the C wrappers
+        pool = driver.scheduler.kv_cache_manager.block_pool
+        assert isinstance(pool.get_new_blocks, _hooks._HookCall)
+        assert isinstance(pool.cache_full_blocks, _hooks._HookCall)
 
     conversations(driver, kit.check)
 
