@@ -128,16 +128,20 @@ static int reader_failed(HookCall *self)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *value = PyErr_GetRaisedException();
+#else
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL)
+    if (tb != NULL && value != NULL)
         PyException_SetTraceback(value, tb);
-    PyObject *call[2] = {self->component, value};
-    PyObject *r = PyObject_Vectorcall(self->error, call, 2, NULL);
     Py_XDECREF(type);
-    Py_XDECREF(value);
     Py_XDECREF(tb);
+#endif
+    PyObject *call[2] = {self->component, value != NULL ? value : Py_None};
+    PyObject *r = PyObject_Vectorcall(self->error, call, 2, NULL);
+    Py_XDECREF(value);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -290,6 +294,14 @@ static PyObject *hookcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     if (defaults != Py_None && (!PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) > n))
         return PyErr_Format(PyExc_TypeError, "HookCall: defaults must be None or a tuple of "
                                              "at most %zd values", n);
+    PyObject *callables[] = {original, error, fallback, before, after, count};
+    static const char *const callable_names[] = {"original", "error", "fallback", "before",
+                                                  "after", "count"};
+    for (int i = 0; i < 6; i++) /* the first three required, the rest None or callable */
+        if (callables[i] != NULL && (i < 3 || callables[i] != Py_None)
+                && !PyCallable_Check(callables[i]))
+            return PyErr_Format(PyExc_TypeError, "HookCall: %s is not callable",
+                                callable_names[i]);
     int has_count = count != NULL && count != Py_None;
     if (has_count && (count_at < 0 || count_at >= n))
         return PyErr_Format(PyExc_ValueError, "HookCall: count_at %zd is not a param index",
@@ -386,7 +398,8 @@ static PyTypeObject HookCallType = {
 
 int hookcall_add(PyObject *module)
 {
-    if (PyType_Ready(&HookCallType) < 0)
+    if (PyType_Ready(&HookCallType) < 0 ||
+        PyModule_AddIntConstant(module, "HOOK_MAX_PARAMS", HOOK_MAX_PARAMS) < 0)
         return -1;
     Py_INCREF(&HookCallType);
     if (PyModule_AddObject(module, "HookCall", (PyObject *)&HookCallType) < 0) {

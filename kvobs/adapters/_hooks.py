@@ -410,7 +410,7 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
     if _HookCall is None or hook.when is not None or inspect.iscoroutinefunction(original):
         return None
     params = _plain_params(original)
-    if params is None or len(params) > _HOOKCALL_MAX_PARAMS:
+    if params is None or len(params) > native.HOOK_MAX_PARAMS:
         return None
     names = tuple(p.name for p in params)
     if not all(name in names for name in (*hook.reiterable, *filter(None, [hook.count]))):
@@ -422,9 +422,6 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
                      count_at=names.index(hook.count) if hook.count is not None else -1,
                      reiterable=tuple(names.index(name) for name in hook.reiterable))
 
-
-#: Parameters a :class:`~kvobs.kernels._native.HookCall` binds (``HOOK_MAX_PARAMS``).
-_HOOKCALL_MAX_PARAMS = 12
 
 
 def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:

@@ -191,3 +191,34 @@ def test_unwrap_restores_and_the_wrapper_does_not_leak_the_engine(wrappers):
     del engine
     gc.collect()
     assert gone() is None
+
+
+def test_a_method_with_more_parameters_than_the_c_wrapper_binds_keeps_the_python_one():
+    if _hooks._HookCall is None:
+        pytest.skip("the C extension is not built here")
+    limit = _hooks.native.HOOK_MAX_PARAMS
+    names = [f"p{i}" for i in range(limit + 1)]
+    namespace: dict = {}
+    exec(f"def wide(self, {', '.join(names)}): return p0", namespace)
+    Wide = type("Wide", (), {"wide": namespace["wide"]})
+    seen: list = []
+    spec = AdapterSpec("test.wide", ("Wide",), (
+        Hook("wide", ("p0",), "track", after=lambda inst, state, result, *a: seen.append(a)),))
+    engine = Wide()
+    instrument(engine, spec, lambda active: Instrumentation(engine, spec.component, active))
+    assert not isinstance(engine.wide, _hooks._HookCall)
+    assert engine.wide(*range(limit + 1)) == 0 and seen == [tuple(range(limit + 1))]
+
+
+def test_the_c_wrapper_refuses_what_it_cannot_call():
+    if _hooks._HookCall is None:
+        pytest.skip("the C extension is not built here")
+    fine = {"original": print, "params": ("a",), "defaults": None, "inst": None,
+            "error": print, "component": "c", "fallback": print}
+    for bad in ({"fallback": 3}, {"after": "x"}, {"count": 1, "count_at": 0}):
+        with pytest.raises(TypeError, match=f"{next(iter(bad))} is not callable"):
+            _hooks._HookCall(**{**fine, **bad})
+    with pytest.raises(ValueError, match="count_at 1 is not a param index"):
+        _hooks._HookCall(**fine, count=print, count_at=1)
+    with pytest.raises(ValueError, match="a count hook has no readers"):
+        _hooks._HookCall(**fine, count=print, count_at=0, after=print)
