@@ -30,8 +30,10 @@
    kvobs costs outside the wrapped methods (engine data evicted by kvobs's), which only
    the step A/B sees.
    ``--bytecodes`` counts instead of timing: every kvobs Python function an
-   instrumented scheduler runs (readers and generated wrappers), its calls and bytecodes
-   per step, with an opcode tracer (the same figures on any machine, however loaded).
+   instrumented scheduler runs (readers, and the generated wrappers where the C ones do
+   not run), its calls and bytecodes per step, with an opcode tracer (the same figures
+   on any machine, however loaded). ``--methods --versus python-wrappers`` and the step
+   A/B's ``--fourth python-wrappers`` set the C wrappers against the Python ones.
 2. Scrape: ``rec.snapshot()`` of a ``BlockPool`` of 100k GPU blocks (the settle walk over
    every block), with the pool half in use and half of its blocks holding prefix hashes,
    state set through vLLM's own calls (goal <= 5 ms).

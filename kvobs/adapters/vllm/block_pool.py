@@ -1,7 +1,8 @@
 """vLLM 0.33 ``BlockPool`` -> the GPU tier.
 
-The hot path carries one generated wrapper: ``get_new_blocks`` adds ``num_blocks`` to the
-allocations (``count=`` fast path). ``free_blocks`` is not wrapped at all. Everything
+The hot path carries one counting wrapper: ``get_new_blocks`` adds ``num_blocks`` to the
+allocations (``count=`` fast path; in C where the extension is built, no Python at all).
+``free_blocks`` is not wrapped at all. Everything
 else is derived at collection time from the pool's own state plus a few tallies kept on
 warm paths (``touch`` per prefix hit, ``cache_*`` per scheduled step, explicit evictions
 and resets), using two identities that hold for every sequence of pool calls:
