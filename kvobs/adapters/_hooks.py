@@ -390,11 +390,14 @@ def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) ->
         wrapper = _async_wrapper(inst, hook, original)
     else:
         wrapper = _call_wrapper(inst, hook, original)
-    wrapped: Callable[..., Any] = _native_wrapper(inst, hook, original, wrapper) or wrapper
-    for each in {id(wrapper): wrapper, id(wrapped): wrapped}.values():
-        functools.update_wrapper(each, original, assigned=("__name__", "__qualname__",
-                                                           "__doc__"), updated=())
-    return wrapped
+    named = ("__name__", "__qualname__", "__doc__")
+    functools.update_wrapper(wrapper, original, assigned=named, updated=())
+    twin: Callable[..., Any] | None = _native_wrapper(inst, hook, original, wrapper)
+    if twin is None:
+        wrapped: Callable[..., Any] = wrapper
+        return wrapped
+    functools.update_wrapper(twin, original, assigned=named, updated=())
+    return twin
 
 
 _HookCall: Any = getattr(native, "HookCall", None)
@@ -405,8 +408,8 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
     """The C twin of ``fallback`` (:class:`kvobs.kernels._native.HookCall`, no Python frame
     of its own), or None where the extension is not built or ``hook`` needs Python: a
     ``when`` gate (an expression), a coroutine, parameters that are not plain. Calls it
-    cannot bind (an unknown keyword, a one-shot iterator a reader iterates too) go to
-    ``fallback``, which means the same."""
+    cannot bind (too many arguments, an unknown or repeated keyword, a required one
+    missing) go to ``fallback``, which means the same."""
     if _HookCall is None or hook.when is not None or inspect.iscoroutinefunction(original):
         return None
     params = _plain_params(original)
@@ -421,7 +424,6 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
                      before=hook.before, after=hook.after, count=count,
                      count_at=names.index(hook.count) if hook.count is not None else -1,
                      reiterable=tuple(names.index(name) for name in hook.reiterable))
-
 
 
 def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:
