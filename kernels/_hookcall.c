@@ -34,6 +34,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 #include "_hookcall.h"
 
 /* Parameters bound on the stack; a method with more goes to `fallback`. */
