@@ -107,13 +107,17 @@ class Workload:
         return float(getattr(self.driver, field) - before)
 
 
+#: Extra ``Recorder`` options of every instrumented scheduler (``--no-profile``).
+RECORDER_OPTIONS: dict[str, Any] = {}
+
+
 def build(tmp: Path, name: str, running: int, instrumented: bool,
           steps: bool = True) -> tuple[Workload, Any]:
     scheduler = build_scheduler(tmp / name, gpu_blocks=4096, cpu_bytes=8192 * CHUNK_BYTES,
                                 max_num_seqs=running + 16, max_num_batched_tokens=8192)
     rec = None
     if instrumented:
-        rec = Recorder(engine="vllm", model="bench")
+        rec = Recorder(engine="vllm", model="bench", **RECORDER_OPTIONS)
         instrument_scheduler(scheduler, rec, steps=steps)
     driver = EngineDriver(scheduler, transfer_delay=2, keep_history=False)
     return Workload(driver, running), rec
@@ -538,11 +542,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="the step A/B's fourth scheduler: kvobs without step timing "
                              "(untimed), or on the generated Python wrappers "
                              "(python-wrappers)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="instrument without the reuse profile (Recorder(profile_reuse="
+                             "False)): what the what-if's profile costs")
     parser.add_argument("--bytecodes", action="store_true",
                         help="count kvobs's Python bytecodes and calls per step instead, "
                              "per function (deterministic; --rounds x --steps steps)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.no_profile:
+        RECORDER_OPTIONS["profile_reuse"] = False
     if args.bytecodes:
         counted = bytecode_counts(args.running, args.rounds * args.steps, args.warmup)
         _print_rows(counted, args.json, ("function", "calls_per_step", "bytecodes_per_step"),
