@@ -341,6 +341,13 @@ static PyObject *hookcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
                                                    "param index", at);
                 return NULL;
             }
+            for (Py_ssize_t q = 0; q < self->n_reiterable; q++)
+                if (self->reiterable[q] == at) { /* distinct: at most n fit the array */
+                    Py_DECREF(seq);
+                    Py_DECREF(self);
+                    return PyErr_Format(PyExc_ValueError, "HookCall: reiterable %zd is "
+                                                          "repeated", at);
+                }
             self->reiterable[self->n_reiterable++] = at;
         }
         Py_DECREF(seq);

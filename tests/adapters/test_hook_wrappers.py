@@ -222,3 +222,7 @@ def test_the_c_wrapper_refuses_what_it_cannot_call():
         _hooks._HookCall(**fine, count=print, count_at=1)
     with pytest.raises(ValueError, match="a count hook has no readers"):
         _hooks._HookCall(**fine, count=print, count_at=0, after=print)
+    with pytest.raises(ValueError, match="reiterable 1 is not a param index"):
+        _hooks._HookCall(**fine, reiterable=(1,))
+    with pytest.raises(ValueError, match="reiterable 0 is repeated"):  # past the array
+        _hooks._HookCall(**fine, reiterable=(0,) * 20)
