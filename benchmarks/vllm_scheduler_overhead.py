@@ -413,7 +413,8 @@ def method_costs(running: int, rounds: int, steps: int, warmup: int,
 
 def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, float, float]]:
     """``(function, calls per step, bytecodes per step)`` of every kvobs Python function
-    (readers, generated wrappers) an instrumented scheduler runs: counted with an opcode
+    (readers, and generated wrappers where the C ones do not run) an instrumented
+    scheduler runs: counted with an opcode
     tracer, so the same workload gives the same figures on any machine, however loaded.
     What kvobs's Python does per step, not what it costs: C calls count as the one
     bytecode that makes them, and the tracer's own time is nowhere."""

@@ -227,35 +227,24 @@ static PyObject *hookcall_call(HookCall *self, PyObject *const *args, size_t nar
     return result;
 }
 
+/* Every reference a HookCall owns, once: traverse and clear both expand it. */
+#define HOOKCALL_REFERENCES(X) \
+    X(original) X(params) X(defaults) X(inst) X(error) X(component) X(fallback) \
+    X(before) X(after) X(count) X(dict)
+
 static int hookcall_traverse(HookCall *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->original);
-    Py_VISIT(self->params);
-    Py_VISIT(self->defaults);
-    Py_VISIT(self->inst);
-    Py_VISIT(self->error);
-    Py_VISIT(self->component);
-    Py_VISIT(self->fallback);
-    Py_VISIT(self->before);
-    Py_VISIT(self->after);
-    Py_VISIT(self->count);
-    Py_VISIT(self->dict);
+#define HOOKCALL_VISIT(member) Py_VISIT(self->member);
+    HOOKCALL_REFERENCES(HOOKCALL_VISIT)
+#undef HOOKCALL_VISIT
     return 0;
 }
 
 static int hookcall_clear(HookCall *self)
 {
-    Py_CLEAR(self->original);
-    Py_CLEAR(self->params);
-    Py_CLEAR(self->defaults);
-    Py_CLEAR(self->inst);
-    Py_CLEAR(self->error);
-    Py_CLEAR(self->component);
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->before);
-    Py_CLEAR(self->after);
-    Py_CLEAR(self->count);
-    Py_CLEAR(self->dict);
+#define HOOKCALL_CLEAR(member) Py_CLEAR(self->member);
+    HOOKCALL_REFERENCES(HOOKCALL_CLEAR)
+#undef HOOKCALL_CLEAR
     return 0;
 }
 
