@@ -2108,6 +2108,13 @@ static PyObject *link_add_seconds(LinkCore *self, PyObject *const *args, Py_ssiz
     Py_RETURN_NONE;
 }
 
+static PyObject *link_add_bytes(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
+                                PyObject *kwnames)
+{
+    PyObject *nbytes = one_arg("add_bytes", s_nbytes, args, nargsf, kwnames);
+    return nbytes == NULL || count_add(&self->bytes, nbytes) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
 static PyObject *link_fail(LinkCore *self, PyObject *const *args, Py_ssize_t nargsf,
                            PyObject *kwnames)
 {
@@ -2157,6 +2164,8 @@ static PyMethodDef link_methods[] = {
      "A duration sample alone (its seconds summed elsewhere)."},
     {"add_seconds", TIER_CALL(link_add_seconds), "add_seconds($self, /, seconds)\n--\n\n"
      "Seconds spent moving, summed over transfers (no duration sample)."},
+    {"add_bytes", TIER_CALL(link_add_bytes), "add_bytes($self, /, nbytes)\n--\n\n"
+     "Bytes moved, summed over transfers (counted apart from them)."},
     {"fail", TIER_CALL(link_fail), "fail($self, /, blocks, nbytes=0)\n--\n\n"
      "A batch of blocks failed to move."},
     {"failed", TIER_CALL(link_fail), "failed($self, /, blocks, nbytes=0)\n--\n\n"

@@ -303,6 +303,11 @@ class PyLinkCore:
         (no duration sample: the per-transfer times come through :meth:`sample`)."""
         self.seconds += seconds
 
+    def add_bytes(self, nbytes: int) -> None:
+        """Bytes moved, as an engine reports them summed over its transfers, apart from
+        the transfers themselves (which then count ``nbytes=0``)."""
+        self.bytes += nbytes
+
     def fail(self, blocks: int, nbytes: int = 0) -> None:
         """A batch of ``blocks`` blocks failed to move."""
         self.failures += blocks

@@ -11,6 +11,14 @@ SUITES = ((".venv-vllm-cpu/bin/python", "tests/engines/vllm032"),
           (".venv-vllm/bin/python", "tests/engines/vllm033"))
 
 
+def job_transfer(event: str, path: str, call: str) -> list[Mutant]:
+    """A job's transfer (``link.transfer(len(keys), 0)``: its bytes come apart) with its
+    chunks doubled / dropped, and counted twice."""
+    return [*recorder_call(f"{event}.blocks", path, call, "len(keys)"),
+            Mutant(f"{event}.operations:doubled", path, f"        {call}\n",
+                   f"        {call}\n        {call.replace('len(keys)', '0')}\n")]
+
+
 def mutants() -> list[Mutant]:
     pool, host = f"{ADAPTERS}/block_pool.py", f"{ADAPTERS}/offloading.py"
     connector, worker = f"{ADAPTERS}/connector.py", f"{ADAPTERS}/transfers.py"
@@ -67,15 +75,21 @@ def mutants() -> list[Mutant]:
         *recorder_call("host.free(reset)", host, "    inst.tier.free(in_use)\n", "in_use"),
         *recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
                        "cached"),
-        # transfers counted in the scheduler (OffloadingConnectorScheduler)
-        *transfer("transfer", connector, "link.transfer(chunks, share, None)", "chunks", "share"),
+        # transfers: one per job vLLM's connector completes (in the manager's calls), bytes
+        # and seconds as the workers report them (OffloadingConnectorScheduler)
+        *job_transfer("transfer(store)", host, "stores.transfer(len(keys), 0)"),
+        *job_transfer("transfer(load)", host, "loads.transfer(len(keys), 0)"),
+        *recorder_call("transfer.bytes(store)", connector,
+                       "inst.offload.add_bytes(store.bytes)", "store.bytes"),
+        *recorder_call("transfer.bytes(load)", connector,
+                       "inst.onload.add_bytes(load.bytes)", "load.bytes"),
         *recorder_call("transfer.seconds(store)", connector,
-                       "inst.offload.add_seconds(store_s / inst.workers)", "store_s"),
+                       "inst.offload.add_seconds(store.time / inst.workers)", "store.time"),
         *recorder_call("transfer.seconds(load)", connector,
-                       "inst.onload.add_seconds(load_s / inst.workers)", "load_s"),
+                       "inst.onload.add_seconds(load.time / inst.workers)", "load.time"),
         Mutant("transfer.seconds(load, summed over workers)", connector,
-               "inst.onload.add_seconds(load_s / inst.workers)",
-               "inst.onload.add_seconds(load_s)"),
+               "inst.onload.add_seconds(load.time / inst.workers)",
+               "inst.onload.add_seconds(load.time)"),
         # transfer durations from the worker (OffloadingWorker)
         *recorder_call("transfer.duration(same process)", worker, "link.sample(seconds)",
                        "seconds"),

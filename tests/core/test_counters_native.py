@@ -194,6 +194,7 @@ def test_link_core_counts_as_its_python_twin(seed: int) -> None:
             ("timed", (seconds,), {}),
             ("sample", (seconds,), {}),
             ("add_seconds", (seconds,), {}),
+            ("add_bytes", (nbytes,), {}),
             ("fail", (blocks,), {}),
             ("fail", (blocks, nbytes), {}),
             ("failed", (), {"blocks": blocks, "nbytes": nbytes}),
@@ -344,7 +345,9 @@ def test_the_c_methods_take_keywords_and_show_their_signatures() -> None:
     link.timed(seconds=0.5)
     link.sample(seconds=0.25)
     link.add_seconds(seconds=1.0)
+    link.add_bytes(nbytes=4096)
     assert (link.drops, link.seconds, list(link.durations)) == (2, 1.5, [0.5, 0.25])
+    assert (link.operations, link.bytes) == (0, 4096)  # bytes apart from the transfers
     with pytest.raises(TypeError, match="missing required argument 'seconds'"):
         link.completed(1, 2)
     transfer = inspect.signature(LinkRecorder.transfer)

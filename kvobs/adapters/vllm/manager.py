@@ -155,6 +155,9 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
                 lookups.deferred = getattr(scheduler, "deferred_loads", None)
                 if isinstance(host, OffloadingInstrumentation):
                     host.host_hits = None
+            if connector.active and isinstance(host, OffloadingInstrumentation) \
+                    and host.active:  # the connector completes one job per manager call
+                host.store_jobs, host.load_jobs = connector.offload, connector.onload
             undo.pop_all()
     return result
 

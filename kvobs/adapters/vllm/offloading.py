@@ -10,13 +10,16 @@ the vocabulary of :mod:`kvobs.events`:
   set of refused keys; a key is forgotten once it is stored);
 * ``complete_store`` -> the written chunks (the drop of vLLM's own
   ``_num_write_pending_chunks`` over the call) leave "in use" (``free``) and land as cached
-  data (``store``, keyed): the offload landed, so host stores equal the gpu->host
-  transfer chunks that :mod:`kvobs.adapters.vllm.connector` counts; a failed store only
-  frees them and counts a ``fail`` on the link;
+  data (``store``, keyed); a failed store only frees them and counts a ``fail`` on the
+  link. vLLM's offloading connector calls it once per store job it completes, so with
+  the connector instrumented (``store_jobs``) each call is also one ``transfer`` of the
+  job's chunks on the gpu->host link: host stores equal gpu->host transfer chunks (the
+  bytes and seconds come from :mod:`kvobs.adapters.vllm.connector`);
 * ``prepare_load`` -> ``reuse`` of the idle chunks (the drop of vLLM's
   ``_num_evictable_cache_chunks`` over the call: a host hit, cached -> in use; keyed:
   an onload for thrash) and the request's host hits for the lookup adapter;
-  ``complete_load`` -> the last reader's ``free(cached=True)``;
+  ``complete_load`` -> the last reader's ``free(cached=True)``, and (``load_jobs``) one
+  ``transfer`` of the job's chunks on the host->gpu link;
 * ``reset_cache`` -> chunks in use freed, cached ones evicted (reason ``reset``).
 
 With vLLM's tiering the manager is the ``CPUPrimaryTierOffloadingManager``, which binds
@@ -66,12 +69,17 @@ class OffloadingInstrumentation(Instrumentation):
 
     ``offload`` is the gpu->host link (drops and failures); ``refused`` the chunk keys
     refused and not stored since (oldest forgotten first beyond ``MAX_REFUSED_KEYS``).
+    ``store_jobs`` / ``load_jobs``: the links each completed store / load job counts one
+    transfer on, where the caller completes one job per call (vLLM's offloading
+    connector; the scheduler adapter sets them), else None.
     """
 
     def __init__(self, manager: Any, rec: Recorder, tier: TierRecorder, active: bool) -> None:
         super().__init__(manager, COMPONENT, active, rec, tier)
         self.host_hits: HostHits | None = None
         self.offload: LinkEvents = NULL_LINK
+        self.store_jobs: LinkEvents | None = None
+        self.load_jobs: LinkEvents | None = None
         self.refused: OrderedDict[Any, None] = OrderedDict()
 
     def resident(self) -> tuple[int, int]:
@@ -113,6 +121,9 @@ def _writes_pending(inst: OffloadingInstrumentation, *args: Any, **kwargs: Any) 
 
 def _store_completed(inst: OffloadingInstrumentation, pending: int, result: None,
                      keys: Collection[Any], req_context: Any, success: bool = True) -> None:
+    stores = inst.store_jobs
+    if success and stores is not None:  # one store job: its chunks moved
+        stores.transfer(len(keys), 0)
     landed = pending - inst.target._num_write_pending_chunks  # written (or dropped) now
     if landed <= 0:
         return
@@ -142,6 +153,16 @@ def _load_prepared(inst: OffloadingInstrumentation, evictable: int, result: Any,
 
 
 def _load_completed(inst: OffloadingInstrumentation, evictable: int, result: None,
+                    keys: Collection[Any], req_context: Any) -> None:
+    """A load job completed: one transfer of its chunks (where ``load_jobs``), and the
+    chunks whose last reader finished are idle again."""
+    loads = inst.load_jobs
+    if loads is not None:
+        loads.transfer(len(keys), 0)
+    _read_completed(inst, evictable, result, keys, req_context)
+
+
+def _read_completed(inst: OffloadingInstrumentation, evictable: int, result: None,
                     keys: Collection[Any], req_context: Any) -> None:
     last = inst.target._num_evictable_cache_chunks - evictable  # their last reader finished
     if last:
@@ -191,12 +212,12 @@ def _reset_after(inst: OffloadingInstrumentation, resident: tuple[int, int],
 SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
     Hook("prepare_store", ("keys", "req_context"), "allocate, evict, drop",
          after=_store_prepared, reiterable=("keys",)),
-    Hook("complete_store", ("keys", "req_context", "success"), "free, store, fail",
+    Hook("complete_store", ("keys", "req_context", "success"), "free, store, fail, transfer",
          before=_writes_pending, after=_store_completed, reiterable=("keys",)),
     Hook("prepare_load", ("keys", "req_context"), "reuse", before=_evictable,
          after=_load_prepared, reiterable=("keys",)),
-    Hook("complete_load", ("keys", "req_context"), "free", before=_evictable,
-         after=_load_completed),
+    Hook("complete_load", ("keys", "req_context"), "free, transfer", before=_evictable,
+         after=_load_completed, reiterable=("keys",)),
     Hook("reset_cache", (), "free, evict", before=_reset_before, after=_reset_after),
     # The tiering primary tier (``CPUPrimaryTierOffloadingManager``) binds these aliases
     # of the methods above in its ``__init__``: promotions and cascade reads call them.
@@ -207,7 +228,7 @@ SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
     Hook("prepare_read", ("keys", "req_context"), "reuse", before=_evictable,
          after=_read_prepared, optional=True),
     Hook("complete_read", ("keys", "req_context"), "free", before=_evictable,
-         after=_load_completed, optional=True),
+         after=_read_completed, optional=True),
 ), state=("_num_chunks", "_num_allocated_chunks", "_free_list", "_num_evictable_cache_chunks",
           "_num_write_pending_chunks", "_policy.get"))
 

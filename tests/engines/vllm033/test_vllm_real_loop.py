@@ -87,7 +87,10 @@ def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineD
         events.get(("BlockRemoved", "GPU"), 0)
     assert host.stores == events.get(("BlockStored", "CPU"), 0)
     assert host.evictions["capacity"] == events.get(("BlockRemoved", "CPU"), 0)
-    # Transfers: host stores are the gpu->host chunks that landed; bytes are vLLM's.
+    # Transfers: one per job vLLM submitted and its workers reported; host stores are the
+    # gpu->host chunks that landed; bytes are vLLM's.
+    assert (offload.operations, onload.operations) == (driver.jobs_reported[True],
+                                                       driver.jobs_reported[False])
     assert host.stores == offload.blocks
     assert offload.bytes == driver.vllm_store_bytes == driver.reported_store_bytes
     assert onload.bytes == driver.vllm_load_bytes == driver.reported_load_bytes
@@ -345,6 +348,7 @@ def test_kvobs_faults_leave_vllms_outputs_identical_and_are_counted(
         recorders.append(rec)
 
     monkeypatch.setattr(LinkRecorder, "transfer", broken)
+    monkeypatch.setattr(LinkRecorder, "add_bytes", broken)
     monkeypatch.setattr(TierRecorder, "store", broken)
     monkeypatch.setattr(TierRecorder, "reuse", broken)
     with capture_logs() as logs:
@@ -361,18 +365,21 @@ def test_unknown_connector_version_instruments_nothing_and_names_the_attribute(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=32 * CHUNK_BYTES))
     side = driver.connector_scheduler
-    threshold = side._stale_job_threshold
-    monkeypatch.delattr(side, "_stale_job_threshold")  # what a changed vLLM would lack
+    cls, name = type(side), "get_external_cache_hit_sources"
+    method = getattr(cls, name)
+    delattr(cls, name)  # what a changed vLLM would lack
     rec = Recorder(engine="vllm")
-    with capture_logs() as logs:
-        inst = instrument_scheduler(driver.scheduler, rec)
-    side._stale_job_threshold = threshold
+    try:
+        with capture_logs() as logs:
+            inst = instrument_scheduler(driver.scheduler, rec)
+    finally:
+        setattr(cls, name, method)
     connector = inst.part("vllm.offloading_connector")
     assert connector is not None and not connector.active
     assert connector.wrapped_methods == () and not inst.active
     assert "update_connector_output" not in vars(side)
     warning = next(e for e in logs if e["event"] == "kvobs_adapter_unsupported_version")
-    assert any("_stale_job_threshold" in problem for problem in warning["problems"])
+    assert any(name in problem for problem in warning["problems"])
     kit = Conformance(rec, truth=driver.truth, stores_match_transfers=False)
     conversations(driver, kit.check, chats=3, turns=2, seed=7)
     assert rec.snapshot().link("gpu", "host").blocks == 0  # nothing half-counted

@@ -308,6 +308,9 @@ class EngineDriver:
         #: read after each schedule() and update_from_output(); the null block left out)
         self.blocks_taken = 0
         self._held: set[tuple[int, int]] = set()
+        #: jobs of vLLM's connector metadata every worker has reported, by ``is_store``
+        #: (vLLM completes each, unless a cache reset made it stale)
+        self.jobs_reported = {True: 0, False: 0}
         #: jobs the workers have not all reported: ``job_id -> (is_store, chunk ids)``
         self.in_flight: dict[int, tuple[bool, frozenset[int]]] = {}
         self.history: list[StepRecord] = []
@@ -463,7 +466,9 @@ class EngineDriver:
         self.due = [d for d in self.due if d[0] > self.steps]
         pending = {d[2] for d in self.due}
         for job_id in {d[2] for d in ready} - pending:  # every worker has reported it
-            self.in_flight.pop(job_id, None)
+            job = self.in_flight.pop(job_id, None)
+            if job is not None:
+                self.jobs_reported[job[0]] += 1
         merged = OffloadingWorkerMetadata()
         for worker in range(self.workers):
             stats = TransferStats()
