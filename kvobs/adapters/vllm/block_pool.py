@@ -179,21 +179,17 @@ def _hashed(blocks: Iterable[Any]) -> int:
 
 # -- readers (see kvobs.adapters._hooks: before(inst, *args), after(inst, state, result, *args))
 
-def _touch_before(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> tuple[int, int]:
-    """``(idle, cached)``: blocks this touch takes out of the free queue, and those of
-    them holding a hash (touch changes no hash); counted after the call."""
-    idle = cached = 0
+def _touched(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> None:
+    """The blocks this touch takes out of the free queue, counted before the call (one
+    reader, no state carried to an after): those holding a hash are prefix reuses, the
+    others plain allocations. ``touch`` changes no hash, and it takes every idle block it
+    is given: a touch that raised would leave vLLM's free queue broken anyway."""
+    idle = hits = 0
     for block in blocks:
         if not block.ref_cnt and not block.is_null:
             idle += 1
             if block._block_hash is not None:
-                cached += 1
-    return idle, cached
-
-
-def _touch_after(inst: BlockPoolInstrumentation, state: tuple[int, int], result: Any,
-                 blocks: Sequence[Any]) -> None:
-    idle, hits = state
+                hits += 1
     inst.tier.reuse(hits)           # cached -> in use
     inst.tier.allocate(idle - hits)  # a free block without data: a plain allocation
 
@@ -292,8 +288,7 @@ def _reset_after(inst: BlockPoolInstrumentation, cached: int, done: bool) -> Non
 
 SPEC = AdapterSpec(COMPONENT, ("BlockPool",), (
     Hook("get_new_blocks", ("num_blocks",), "allocate", count="num_blocks"),
-    Hook("touch", ("blocks",), "reuse, allocate", before=_touch_before, after=_touch_after,
-         reiterable=("blocks",)),
+    Hook("touch", ("blocks",), "reuse, allocate", before=_touched, reiterable=("blocks",)),
     Hook("cache_full_blocks", ("request", "blocks", "num_cached_blocks", "num_full_blocks"),
          "track", after=_cache_full_after),
     Hook("cache_partial_block", ("request", "block"), "track", before=_partial_before,
