@@ -217,7 +217,7 @@ SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
     Hook("prepare_load", ("keys", "req_context"), "reuse", before=_evictable,
          after=_load_prepared, reiterable=("keys",)),
     Hook("complete_load", ("keys", "req_context"), "free, transfer", before=_evictable,
-         after=_load_completed, reiterable=("keys",)),
+         after=_load_completed),
     Hook("reset_cache", (), "free, evict", before=_reset_before, after=_reset_after),
     # The tiering primary tier (``CPUPrimaryTierOffloadingManager``) binds these aliases
     # of the methods above in its ``__init__``: promotions and cascade reads call them.
