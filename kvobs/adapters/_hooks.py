@@ -384,6 +384,7 @@ def instrument(target: object, spec: AdapterSpec, make: Callable[[bool], InstT])
 
 
 def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
+    wrapper: Callable[..., Any]
     if hook.count is not None:
         wrapper = _count_wrapper(inst, hook, original)
     elif inspect.iscoroutinefunction(original):
@@ -394,8 +395,7 @@ def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) ->
     functools.update_wrapper(wrapper, original, assigned=named, updated=())
     twin: Callable[..., Any] | None = _native_wrapper(inst, hook, original, wrapper)
     if twin is None:
-        wrapped: Callable[..., Any] = wrapper
-        return wrapped
+        return wrapper
     functools.update_wrapper(twin, original, assigned=named, updated=())
     return twin
 

@@ -149,15 +149,16 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
             result.parts.append(connector)
             lookups = result.part(LOOKUPS)
             host = result.part(HOST_COMPONENT)
-            if connector.active and isinstance(lookups, LookupInstrumentation):
-                # hits as vLLM's hits_by_source splits them, deferred loads included
-                lookups.external = external
-                lookups.deferred = getattr(scheduler, "deferred_loads", None)
-                if isinstance(host, OffloadingInstrumentation):
-                    host.host_hits = None
-            if connector.active and isinstance(host, OffloadingInstrumentation) \
-                    and host.active:  # the connector completes one job per manager call
-                host.store_jobs, host.load_jobs = connector.offload, connector.onload
+            if connector.active:
+                if isinstance(lookups, LookupInstrumentation):
+                    # hits as vLLM's hits_by_source splits them, deferred loads included
+                    lookups.external = external
+                    lookups.deferred = getattr(scheduler, "deferred_loads", None)
+                    if isinstance(host, OffloadingInstrumentation):
+                        host.host_hits = None
+                if isinstance(host, OffloadingInstrumentation) and host.active:
+                    # the connector completes one job per manager call: count each there
+                    host.store_jobs, host.load_jobs = connector.offload, connector.onload
             undo.pop_all()
     return result
 

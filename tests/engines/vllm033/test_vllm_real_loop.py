@@ -365,15 +365,12 @@ def test_unknown_connector_version_instruments_nothing_and_names_the_attribute(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=32 * CHUNK_BYTES))
     side = driver.connector_scheduler
-    cls, name = type(side), "get_external_cache_hit_sources"
-    method = getattr(cls, name)
-    delattr(cls, name)  # what a changed vLLM would lack
+    name = "get_external_cache_hit_sources"
+    monkeypatch.delattr(type(side), name)  # what a changed vLLM would lack
     rec = Recorder(engine="vllm")
-    try:
-        with capture_logs() as logs:
-            inst = instrument_scheduler(driver.scheduler, rec)
-    finally:
-        setattr(cls, name, method)
+    with capture_logs() as logs:
+        inst = instrument_scheduler(driver.scheduler, rec)
+    monkeypatch.undo()  # the engine itself calls it
     connector = inst.part("vllm.offloading_connector")
     assert connector is not None and not connector.active
     assert connector.wrapped_methods == () and not inst.active
