@@ -29,12 +29,14 @@ from tests.lru_oracle import (  # the tests' exact-LRU oracle
     chat_with_answers,
     exact_lru_event_hit_ratio,
     loop,
+    loop_with_hot_set,
     mixed_trace,
     scan_with_hot_set,
     zipf,
 )
 
 _MASK = (1 << 64) - 1
+ADVERSARIAL = "adversarial: "
 
 
 def _lookups(keys: list) -> list[Event]:
@@ -60,6 +62,12 @@ WORKLOADS: dict[str, Callable[[int], list[Event]]] = {
     "chat + decode answers": lambda seed: _chat(9000, seed),
     "chat, tiny hot system": lambda seed: _chat(9000, seed, hot=3),
     "mixed (unseen), 320k": lambda seed: mixed_trace(320_000, seed),
+    # Adversarial: 4,960 + 40 = 5,000 distinct blocks between a loop block's uses, so every
+    # reuse sits exactly on the 5,000-block bound of a 10,000-block capacity; a sampled
+    # distance lands on either side of it (the pure loop above is exact there: no more
+    # distinct blocks than references since, and a pure loop has no repeats).
+    ADVERSARIAL + "loop 4960 + hot 40": lambda seed: _lookups(
+        loop_with_hot_set(120_000, 4960, 40, seed=seed)),
 }
 
 
@@ -124,14 +132,19 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'workload':<24} {'capacity':>8} {'rate':>7} {'max |err|':>9} {'mean |err|':>10}")
+    print(f"{'workload':<34} {'capacity':>8} {'rate':>7} {'max |err|':>9} {'mean |err|':>10}")
     for row in rows:
-        print(f"{row['workload']:<24} {row['capacity']:>8,} {row['rate']:>7.4f} "
+        print(f"{row['workload']:<34} {row['capacity']:>8,} {row['rate']:>7.4f} "
               f"{row['max_abs_error']:>9.4f} {row['mean_abs_error']:>10.4f}")
-    worst = max(rows, key=lambda r: r["max_abs_error"])
-    print(f"worst: max {worst['max_abs_error']:.4f} ({worst['workload']}, "
-          f"{worst['capacity']:,} blocks); worst mean "
-          f"{max(r['mean_abs_error'] for r in rows):.4f}; goal max <= 0.02, mean <= 0.01")
+    plain = [r for r in rows if not r["workload"].startswith(ADVERSARIAL)]
+    for label, chosen in (("worst", rows), ("worst but adversarial", plain)):
+        if not chosen or (chosen is plain and len(plain) == len(rows)):
+            continue
+        worst = max(chosen, key=lambda r: r["max_abs_error"])
+        print(f"{label}: max {worst['max_abs_error']:.4f} ({worst['workload']}, "
+              f"{worst['capacity']:,} blocks); worst mean "
+              f"{max(r['mean_abs_error'] for r in chosen):.4f}; goal max <= 0.02, "
+              f"mean <= 0.01")
 
 
 if __name__ == "__main__":

@@ -301,7 +301,8 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
  *       For each key: bits = hash((key,)) (CPython's tuple hash of a 1-tuple, computed
  *       without building the tuple); the key is sampled when the low 24 bits of bits are
  *       below `threshold`. A sampled key's reuse distance (distinct sampled keys since its
- *       previous reference, + itself, times `weight`) is counted in the first bucket whose
+ *       previous reference, + itself, times `weight`; with weight > 1 at most the number of
+ *       references, every key of every call, since that one) is counted in the first bucket whose
  *       bound is >= it (cold references: the last one) when `counted` is true; otherwise
  *       (a block written into the cache) only its recency is updated.
  *
@@ -377,10 +378,13 @@ typedef struct {
     long long *counts;            /* n_bounds + 1 */
     int32_t *tree;                /* Fenwick over the words of live_bits: words + 1 */
     uint64_t *slot_key;           /* slots */
+    int64_t *slot_when;           /* slots: the reference number of the slot's reference */
     uint64_t *live_bits;          /* words = slots / 64 */
     Py_ssize_t words;
     KeyTable tbl;                 /* key bits -> slot */
     long long sampled, total, forgotten;
+    long long refs;               /* every reference seen, sampled or not, counted or not */
+    int sampling;                 /* weight > 1: distances are scaled estimates */
     int tuple_hash_ok;            /* the replica below equals hash((key,)) here */
 } ReuseCore;
 
@@ -525,11 +529,13 @@ static void reuse_free_sized(ReuseCore *self)
 {
     PyMem_Free(self->tree);
     PyMem_Free(self->slot_key);
+    PyMem_Free(self->slot_when);
     PyMem_Free(self->live_bits);
     PyMem_Free(self->tbl.key);
     PyMem_Free(self->tbl.val);
     self->tree = NULL;
     self->slot_key = NULL;
+    self->slot_when = NULL;
     self->live_bits = NULL;
     self->tbl.key = NULL;
     self->tbl.val = NULL;
@@ -547,12 +553,14 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
     }
     int32_t *tree = PyMem_Malloc(sizeof(int32_t) * (size_t)(words + 1));
     uint64_t *slot_key = PyMem_Calloc((size_t)slots, sizeof(uint64_t));
+    int64_t *slot_when = PyMem_Calloc((size_t)slots, sizeof(int64_t));
     uint64_t *live_bits = PyMem_Malloc(sizeof(uint64_t) * (size_t)words);
     uint64_t *tbl_key = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
     int32_t *tbl_slot = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
-    if (!tree || !slot_key || !live_bits || !tbl_key || !tbl_slot) {
+    if (!tree || !slot_key || !slot_when || !live_bits || !tbl_key || !tbl_slot) {
         PyMem_Free(tree);
         PyMem_Free(slot_key);
+        PyMem_Free(slot_when);
         PyMem_Free(live_bits);
         PyMem_Free(tbl_key);
         PyMem_Free(tbl_slot);
@@ -571,12 +579,14 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
         tbl_key[i] = key;
         tbl_slot[i] = (int32_t)n;
         slot_key[n] = key;
+        slot_when[n] = self->slot_when[s];
         n++;
     }
     tree_fill(tree, live_bits, words, n);
     reuse_free_sized(self);
     self->tree = tree;
     self->slot_key = slot_key;
+    self->slot_when = slot_when;
     self->live_bits = live_bits;
     self->words = words;
     self->tbl.key = tbl_key;
@@ -598,13 +608,15 @@ static void reuse_compact(ReuseCore *self)
         uint64_t bits = self->slot_key[s];
         self->tbl.val[ktab_find(&self->tbl, bits)] = (int32_t)n;
         self->slot_key[n] = bits;
+        self->slot_when[n] = self->slot_when[s];
         n++;
     }
     tree_fill(self->tree, self->live_bits, self->words, n);
     self->clock = n;
 }
 
-static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
+/* One sampled reference, the `when`-th reference the core has seen (sampled or not). */
+static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t when)
 {
     Py_ssize_t pos = ktab_find(&self->tbl, bits);
     if (self->tbl.val[pos] < 0 && self->live >= self->max_live
@@ -637,13 +649,25 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted)
         if (gap <= self->bounds[0]) {
             distance = gap;
         } else {
+            if (self->sampling)
+                __builtin_prefetch(&self->slot_when[previous]);
             long long older = tree_prefix(self, previous + 1);
             distance = (double)(self->live - older + 1) * self->weight;
+            /* No more distinct blocks than references since: a bound the scaled sample
+             * can overshoot (a loop of exactly a bucket bound's length lands on it).
+             * Unsampled (rate 1), the distance is exact and never above it. */
+            if (self->sampling) {
+                double elapsed = (double)(when - self->slot_when[previous]);
+                if (elapsed < distance)
+                    distance = elapsed;
+            }
         }
         tree_add(self, previous, -1);
     }
     self->tbl.val[pos] = (int32_t)now;
     self->slot_key[now] = bits;
+    if (self->sampling)
+        self->slot_when[now] = when;
     tree_add(self, now, 1);
     if (!counted)
         return 0;
@@ -679,8 +703,18 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
     if (counted)
         self->total += n;
     uint64_t stack[REUSE_STACK_KEYS];
-    uint64_t *picked = n <= REUSE_STACK_KEYS ? stack : PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
-    if (picked == NULL) {
+    int64_t stack_at[REUSE_STACK_KEYS];
+    uint64_t *picked = stack;
+    int64_t *picked_at = stack_at;
+    if (n > REUSE_STACK_KEYS) {
+        picked = PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
+        picked_at = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
+    }
+    if (picked == NULL || picked_at == NULL) {
+        if (picked != stack) {
+            PyMem_Free(picked);
+            PyMem_Free(picked_at);
+        }
         Py_DECREF(fast);
         PyErr_NoMemory();
         return -1;
@@ -700,20 +734,29 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
             Py_ssize_t row = ktab_home(&self->tbl, bits);
             __builtin_prefetch(&self->tbl.key[row]);
             __builtin_prefetch(&self->tbl.val[row]);
+            if (self->sampling) /* the reference number bounds a scaled distance */
+                picked_at[m] = i;
             picked[m++] = bits;
         }
     }
+    int64_t first = self->refs + 1; /* the call's first key is reference number `first` */
+    self->refs += n;
     for (Py_ssize_t j = 0; j < m; j++) {
-        if (reuse_sample(self, picked[j], counted) < 0)
+        if (reuse_sample(self, picked[j], counted,
+                         self->sampling ? first + picked_at[j] : 0) < 0)
             goto fail;
     }
-    if (picked != stack)
+    if (picked != stack) {
         PyMem_Free(picked);
+        PyMem_Free(picked_at);
+    }
     Py_DECREF(fast);
     return 0;
 fail:
-    if (picked != stack)
+    if (picked != stack) {
         PyMem_Free(picked);
+        PyMem_Free(picked_at);
+    }
     Py_DECREF(fast);
     return -1;
 }
@@ -816,6 +859,7 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     self->max_keys = max_keys;
     self->threshold = threshold;
     self->weight = weight;
+    self->sampling = weight > 1.0;
     self->n_bounds = nb;
     self->live = self->clock = 0;
     self->bounds = PyMem_Malloc(sizeof(double) * (size_t)nb);
@@ -839,7 +883,7 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     }
     Py_DECREF(fast);
     self->live = self->clock = 0;
-    self->sampled = self->total = self->forgotten = 0;
+    self->sampled = self->total = self->forgotten = self->refs = 0;
     /* Check the tuple-hash replica against the interpreter once; else build tuples. */
     self->tuple_hash_ok = check_tuple_hash();
     return self->tuple_hash_ok < 0 ? -1 : 0;

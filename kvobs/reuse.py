@@ -25,7 +25,10 @@ Computing it exactly needs memory for every distinct block. :class:`ReuseProfile
 follows SHARDS (Waldspurger et al., FAST'15): a block is tracked only if a hash of its
 key falls under a threshold (rate ``R``, spatial sampling: all references of a sampled
 block are kept, none of the others), distances between sampled blocks are scaled by
-``1/R``, and each sampled reference counts for ``1/R`` references. Memory is bounded by
+``1/R`` and capped by the references (every key, sampled or not) since the block's last
+use, as no more distinct blocks can lie between (so a loop of exactly a bucket bound's
+length lands on its side of the bound), and each sampled reference counts for ``1/R``
+references. Memory is bounded by
 ``max_keys`` tracked blocks whatever the number of distinct keys: the rate is the largest
 power of two (at most 1: exact tracking) whose ``max_keys / R`` covers the largest
 distance of interest (the horizon, 16x the configured capacity), and when more blocks than
@@ -162,6 +165,8 @@ class ReuseProfile:
         # the pure-Python state (unused with the C core)
         self._counts = [0] * (len(self.bounds) + 1)  # sampled references per bucket; last: +Inf
         self._last: OrderedDict[int, int] = OrderedDict()  # sampled key -> latest slot
+        self._when: dict[int, int] = {}  # sampled key -> its latest reference's number
+        self._refs = 0          # references seen, sampled or not, counted or not
         self._slots = 4 * max_keys
         self._tree = _Fenwick(self._slots if self._core is None else 0)
         self._clock = 0
@@ -211,13 +216,15 @@ class ReuseProfile:
 
     def _python(self, keys: Sequence[Hashable], counted: bool) -> None:
         threshold = self._threshold
-        picked = [bits for key in keys if (bits := hash((key,))) & _LOW_BITS < threshold]
-        if picked:
-            with self._lock:
-                for bits in picked:
-                    self._sample(bits, counted)
+        picked = [(i, bits) for i, key in enumerate(keys)
+                  if (bits := hash((key,))) & _LOW_BITS < threshold]
+        with self._lock:
+            first = self._refs + 1  # the first key is reference number ``first``
+            self._refs += len(keys)
+            for i, bits in picked:
+                self._sample(bits, counted, first + i)
 
-    def _sample(self, bits: int, counted: bool = True) -> None:
+    def _sample(self, bits: int, counted: bool, when: int) -> None:
         # The Fenwick operations are inlined: this runs once per sampled reference.
         if self._clock == self._slots:
             self._compact()
@@ -229,7 +236,8 @@ class ReuseProfile:
         distance: float | None = None
         if previous is None:
             if len(last) >= self.max_keys:
-                _, i = last.popitem(last=False)
+                oldest, i = last.popitem(last=False)
+                self._when.pop(oldest, None)
                 i += 1
                 while i < size:
                     tree[i] -= 1
@@ -247,12 +255,18 @@ class ReuseProfile:
                     older += tree[i]
                     i -= i & -i
                 distance = (len(last) - older + 1) * self._weight  # distinct since, + itself
+                if self._weight > 1:  # no more distinct blocks than references since:
+                    # a bound the scaled sample can overshoot (a loop of exactly a bucket
+                    # bound's length); unsampled, the distance is exact and never above it
+                    distance = min(distance, when - self._when[bits])
             i = previous + 1
             while i < size:
                 tree[i] -= 1
                 i += i & -i
             last.move_to_end(bits)
         last[bits] = now
+        if self._weight > 1:
+            self._when[bits] = when
         i = now + 1
         while i < size:
             tree[i] += 1

@@ -42,6 +42,20 @@ def scan_with_hot_set(n: int, hot: int, seed: int) -> list[int]:
     return [rng.randrange(hot) if rng.random() < 0.5 else next(fresh) for _ in range(n)]
 
 
+def loop_with_hot_set(n: int, loop_keys: int, hot: int, seed: int) -> list[int]:
+    """A cyclic scan over ``loop_keys`` keys, each followed half the time by one of a
+    ``hot`` hot set: ``loop_keys + hot`` distinct blocks lie between a loop key's uses."""
+    rng = random.Random(seed)
+    out: list[int] = []
+    for i in itertools.count():
+        if len(out) >= n:
+            return out[:n]
+        out.append(10**9 + i % loop_keys)
+        if rng.random() < 0.5:
+            out.append(rng.randrange(hot))
+    raise AssertionError("unreachable")
+
+
 def chat_prefixes(requests: int, seed: int) -> Iterator[list[int]]:
     """Prefix-structured requests: shared system prompts, conversations that return."""
     rng = random.Random(seed)

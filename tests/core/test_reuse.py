@@ -41,6 +41,24 @@ def test_default_profile_is_within_0_02_of_exact_lru_at_every_bucket(name):
         assert profile.hit_ratio(size) == pytest.approx(exact, abs=0.02), (name, size)
 
 
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("loop_blocks", [5000, 2500])
+def test_a_loop_of_exactly_a_bucket_bound_is_exact_at_a_sampled_rate(loop_blocks, native):
+    """A cyclic scan whose length is a bucket bound: LRU of that size hits every reuse,
+    one block smaller none. The sampled estimate of a distance that equals the bound lands
+    on either side of it, whichever blocks are sampled; the references since the block's
+    previous use bound the distance, so the profile is exact there for every salt."""
+    capacity = 10_000                          # rate 1/2; bounds include 2,500 and 5,000
+    assert default_rate(capacity) == 0.5 and loop_blocks in ReuseProfile(capacity).bounds
+    references = loop(12 * loop_blocks, loop_blocks)
+    exact = exact_lru_hit_ratio(references, loop_blocks)
+    assert exact == pytest.approx(11 / 12)
+    for salt in range(6):
+        salted = [(salt, key) for key in references]
+        profile = profile_of(salted, capacity=capacity, native=native)
+        assert profile.hit_ratio(loop_blocks) == pytest.approx(exact, abs=0.02), salt
+
+
 def test_kept_samples_answer_any_size_and_rate_one_is_exact():
     references = zipf(30_000, 5000, 1.0, seed=5)
     exact_profile = profile_of(references, rate=1.0, keep_samples=True)

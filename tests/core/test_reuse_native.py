@@ -59,8 +59,14 @@ def test_bytes_keys_sample_alike_and_a_bad_key_is_a_clean_error() -> None:
         fast.reference(request)
         slow.reference(request)
     assert fast._stats() == slow._stats() and fast.counts() == slow.counts()
-    with pytest.raises(TypeError):
-        fast.reference([["unhashable"]])
+    for profile in (fast, slow):   # a key fails: nothing of the call is recorded...
+        with pytest.raises(TypeError):
+            profile.reference([keys[0], ["unhashable"]])
+    for _ in range(300):           # ...in either, so they go on agreeing
+        request = [keys[rnd.randrange(len(keys))] for _ in range(6)]
+        fast.reference(request)
+        slow.reference(request)
+    assert fast._stats() == slow._stats() and fast.counts() == slow.counts()
 
 
 def test_c_core_is_exact_against_the_lru_oracle_with_writes() -> None:
