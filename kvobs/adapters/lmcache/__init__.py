@@ -84,7 +84,9 @@ call goes on; an LMCache version whose objects differ is left alone with one war
 naming what is missing (a connector or backend of another kind likewise, the rest still
 counts). Not covered: ``enable_async_loading`` (lookups go through
 ``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too) and the
-layerwise connector's transfers (moved later by a generator).
+layerwise connector's transfers (moved later by a generator). With ``use_layerwise`` the
+host tier's blocks are single layers of a chunk (its token capacity reads ``num_layers``
+times too high; one warning says so) and lookups carry no profile keys.
 
 Supported: LMCache 0.5.6 (``lmcache.v1``), the engine on CPU or GPU.
 """

@@ -83,6 +83,16 @@ class LMCacheEngineInstrumentation(Instrumentation):
             capacity_blocks=self.capacity_blocks, tier=self.tier_name)
         if inst.active:                   # else one warning said why; hits count as host
             inst.keyed = bool(self.rec.profile_reuse) and self.keys_per_chunk == 1
+            if self.keys_per_chunk > 1:
+                # LMCache stores one memory object per layer of a chunk: the tier's blocks
+                # and bytes are those objects, but a block's tokens are a chunk's
+                warn_once(f"{COMPONENT}:layerwise", "kvobs_adapter_partial",
+                          component=COMPONENT, setting="use_layerwise",
+                          problem=f"the host tier's blocks are single layers of a chunk: its "
+                                  f"capacity in tokens reads {self.keys_per_chunk}x (the "
+                                  f"layers) too high",
+                          action="blocks, bytes, occupancy and lookups counted; no reuse "
+                                 "profile")
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 

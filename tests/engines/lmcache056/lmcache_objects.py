@@ -77,15 +77,16 @@ class PagedCopyStandIn(GPUConnectorInterface):
 
 
 def build_engine(host_chunks: int = HOST_CHUNKS, instance: str = INSTANCE,
-                 disk_dir: str | None = None) -> LMCacheEngine:
+                 disk_dir: str | None = None, layerwise: bool = False) -> LMCacheEngine:
     """An engine as the connector's worker builds it (``get_or_create``); the connector's
     ``register_kv_caches`` runs its ``post_init`` later. With ``disk_dir``, LMCache's
-    ``LocalDiskBackend`` (64 chunks there) sits behind the CPU backend."""
+    ``LocalDiskBackend`` (64 chunks there) sits behind the CPU backend; ``layerwise``: its
+    ``use_layerwise`` (one memory object per layer of a chunk)."""
     disk = {} if disk_dir is None else {
         "local_disk": f"file://{disk_dir}/", "max_local_disk_size": 64 * CHUNK_BYTES / 1024**3}
     config = LMCacheEngineConfig.from_defaults(
         chunk_size=CHUNK, local_cpu=True, max_local_cpu_size=host_chunks * CHUNK_BYTES / 1024**3,
-        save_unfull_chunk=False, enable_kv_events=True, **disk)
+        save_unfull_chunk=False, enable_kv_events=True, use_layerwise=layerwise, **disk)
     metadata = LMCacheMetadata(model_name="tiny-llama", world_size=1, local_world_size=1,
                                worker_id=0, local_worker_id=0, kv_dtype=torch.float16,
                                kv_shape=(LAYERS, 2, CHUNK, HEADS, DIM), role="worker",

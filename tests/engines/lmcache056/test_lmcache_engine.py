@@ -29,6 +29,7 @@ from tests.engines.lmcache056.lmcache_objects import (
     CHUNK_BYTES,
     COUNTERS,
     HOST_CHUNKS,
+    LAYERS,
     TOKEN_BYTES,
     ConnectorDriver,
     build_engine,
@@ -328,6 +329,34 @@ def test_an_engine_of_another_version_is_left_alone_with_one_warning():
     assert "lookup(token_ids, lookup_id) does not start with (tokens, hashes, offsets)" in \
         problems
     assert "config.chunk_size is missing" in problems
+
+
+def test_a_layerwise_engine_says_its_host_tier_counts_layers():
+    """``use_layerwise``: LMCache keeps one memory object per layer of a chunk, so the host
+    tier's blocks (and bytes) are single layers while a block's tokens are a chunk's. kvobs
+    says so once, with the factor, and still counts lookups as LMCache does."""
+    engine = build_engine(instance="layerwise", layerwise=True)
+    inst = None
+    try:
+        with structlog.testing.capture_logs() as logs:
+            engine.post_init()
+            rec = Recorder()
+            inst = instrument_lmcache_engine(engine, rec)
+        warnings = [e for e in logs if e["event"] == "kvobs_adapter_partial"]
+        assert [e["setting"] for e in warnings] == ["use_layerwise"]
+        assert f"reads {LAYERS}x (the layers) too high" in warnings[0]["problem"]
+        host = rec.snapshot().tier("host")
+        backend = engine.storage_manager.local_cpu_backend
+        assert host.block_bytes == backend.get_full_chunk_size_bytes() == CHUNK_BYTES // LAYERS
+        before = lmcache_metrics(engine, "layerwise")
+        assert engine.lookup(tokens=list(range(3 * CHUNK))) == 0
+        lm = delta(lmcache_metrics(engine, "layerwise"), before)
+        assert (rec.snapshot().lookups.lookups, rec.snapshot().lookups.tokens) == \
+            (lm["lookup_requests"], lm["lookup_tokens"]) == (1, 3 * CHUNK)
+    finally:
+        if inst is not None:
+            inst.unwrap()
+        destroy("layerwise")
 
 
 def test_an_unhealthy_engine_s_lookups_are_counted_by_neither():
