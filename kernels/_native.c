@@ -553,11 +553,13 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
     }
     int32_t *tree = PyMem_Malloc(sizeof(int32_t) * (size_t)(words + 1));
     uint64_t *slot_key = PyMem_Calloc((size_t)slots, sizeof(uint64_t));
-    int64_t *slot_when = PyMem_Calloc((size_t)slots, sizeof(int64_t));
+    /* reference numbers: only a sampled profile caps its distances with them */
+    int64_t *slot_when = self->sampling ? PyMem_Calloc((size_t)slots, sizeof(int64_t)) : NULL;
     uint64_t *live_bits = PyMem_Malloc(sizeof(uint64_t) * (size_t)words);
     uint64_t *tbl_key = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
     int32_t *tbl_slot = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
-    if (!tree || !slot_key || !slot_when || !live_bits || !tbl_key || !tbl_slot) {
+    if (!tree || !slot_key || (self->sampling && !slot_when) || !live_bits || !tbl_key
+            || !tbl_slot) {
         PyMem_Free(tree);
         PyMem_Free(slot_key);
         PyMem_Free(slot_when);
@@ -579,7 +581,8 @@ static int reuse_resize(ReuseCore *self, Py_ssize_t max_live)
         tbl_key[i] = key;
         tbl_slot[i] = (int32_t)n;
         slot_key[n] = key;
-        slot_when[n] = self->slot_when[s];
+        if (slot_when != NULL)
+            slot_when[n] = self->slot_when[s];
         n++;
     }
     tree_fill(tree, live_bits, words, n);
@@ -608,7 +611,8 @@ static void reuse_compact(ReuseCore *self)
         uint64_t bits = self->slot_key[s];
         self->tbl.val[ktab_find(&self->tbl, bits)] = (int32_t)n;
         self->slot_key[n] = bits;
-        self->slot_when[n] = self->slot_when[s];
+        if (self->sampling)
+            self->slot_when[n] = self->slot_when[s];
         n++;
     }
     tree_fill(self->tree, self->live_bits, self->words, n);
@@ -708,9 +712,9 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
     int64_t *picked_at = stack_at;
     if (n > REUSE_STACK_KEYS) {
         picked = PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
-        picked_at = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
+        picked_at = self->sampling ? PyMem_Malloc(sizeof(int64_t) * (size_t)n) : NULL;
     }
-    if (picked == NULL || picked_at == NULL) {
+    if (picked == NULL || (self->sampling && picked_at == NULL)) {
         if (picked != stack) {
             PyMem_Free(picked);
             PyMem_Free(picked_at);
@@ -722,7 +726,8 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
     for (Py_ssize_t i = 0; i < n && i < 8; i++)
         __builtin_prefetch(PySequence_Fast_GET_ITEM(fast, i));
     PyObject *key;
-    for (Py_ssize_t i = 0; i < n && (key = fast_item(fast, i)) != NULL; i++) {
+    Py_ssize_t i; /* at the end: the keys read (fewer than n if a key's hash shrank them) */
+    for (i = 0; i < n && (key = fast_item(fast, i)) != NULL; i++) {
         if (i + 8 < PySequence_Fast_GET_SIZE(fast)) /* the key's header: its cached hash */
             __builtin_prefetch(PySequence_Fast_GET_ITEM(fast, i + 8));
         uint64_t bits;
@@ -740,7 +745,7 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
         }
     }
     int64_t first = self->refs + 1; /* the call's first key is reference number `first` */
-    self->refs += n;
+    self->refs += i;
     for (Py_ssize_t j = 0; j < m; j++) {
         if (reuse_sample(self, picked[j], counted,
                          self->sampling ? first + picked_at[j] : 0) < 0)

@@ -61,6 +61,7 @@ import threading
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
+from itertools import islice
 
 from kvobs.errors import ConfigError
 from kvobs.kernels._ext import native as _native
@@ -215,12 +216,18 @@ class ReuseProfile:
         self.record(keys, False)
 
     def _python(self, keys: Sequence[Hashable], counted: bool) -> None:
-        threshold = self._threshold
-        picked = [(i, bits) for i, key in enumerate(keys)
-                  if (bits := hash((key,))) & _LOW_BITS < threshold]
+        # The keys as the C core reads them: at most the call's length, each read live (a
+        # key's __hash__ may change the list), so both give the same reference numbers.
+        if not isinstance(keys, (list, tuple)):
+            keys = list(keys)
+        threshold, read = self._threshold, 0
+        picked = []
+        for read, key in enumerate(islice(keys, len(keys)), 1):
+            if (bits := hash((key,))) & _LOW_BITS < threshold:
+                picked.append((read, bits))
         with self._lock:
-            first = self._refs + 1  # the first key is reference number ``first``
-            self._refs += len(keys)
+            first = self._refs  # the call's i-th key (from 1) is reference number first + i
+            self._refs += read
             for i, bits in picked:
                 self._sample(bits, counted, first + i)
 

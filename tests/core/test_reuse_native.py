@@ -59,10 +59,10 @@ def test_bytes_keys_sample_alike_and_a_bad_key_is_a_clean_error() -> None:
         fast.reference(request)
         slow.reference(request)
     assert fast._stats() == slow._stats() and fast.counts() == slow.counts()
-    for profile in (fast, slow):   # a key fails: nothing of the call is recorded...
+    for profile in (fast, slow):   # a key fails: none of the call's references is recorded
         with pytest.raises(TypeError):
             profile.reference([keys[0], ["unhashable"]])
-    for _ in range(300):           # ...in either, so they go on agreeing
+    for _ in range(300):           # (its total is), in either: they go on agreeing
         request = [keys[rnd.randrange(len(keys))] for _ in range(6)]
         fast.reference(request)
         slow.reference(request)
@@ -109,3 +109,32 @@ def test_written_then_reference_errors_are_clean_and_the_list_is_emptied() -> No
         profile.written_then_reference((b"a",), [b"c"])
     with pytest.raises(TypeError, match="takes 2 arguments"):
         profile.written_then_reference([])
+
+
+class _Shrinking:
+    """A key whose first hash empties the rest of the list it is recorded in."""
+
+    def __init__(self, value: int, keys: list) -> None:
+        self.value, self.keys, self.armed = value, keys, True
+
+    def __hash__(self) -> int:
+        if self.armed:
+            self.armed = False
+            del self.keys[1:]
+        return hash(self.value)
+
+
+@pytest.mark.parametrize("shrink", [True, False])
+def test_a_list_changed_by_a_key_s_hash_is_read_alike(shrink: bool) -> None:
+    """Both paths read a call's keys live, at most its length: the same keys and the same
+    reference numbers, so the capped distances after it agree too."""
+    results = []
+    for native_core in (True, False):
+        profile = ReuseProfile(4, rate=0.5, max_keys=64, native=native_core)
+        profile.reference(list(range(30)))
+        keys: list = [None, *range(1000, 1040)]
+        keys[0] = _Shrinking(-1, keys) if shrink else -1
+        profile.reference(keys)
+        profile.reference(list(range(30)))
+        results.append((profile._stats(), profile.counts()))
+    assert results[0] == results[1]
