@@ -25,11 +25,18 @@
  * does.
  *
  *   HookCall(original, params, defaults, inst, error, component, fallback, *,
- *            before=None, after=None, count=None, count_at=-1, reiterable=())
+ *            before=None, after=None, count=None, count_at=-1, reiterable=(),
+ *            gate_at=-1, gate_attr=None, gate_next=False)
  *
  * params: the method's parameter names (after self), defaults: its __defaults__ (or
  * None), count_at: the index in params of the argument `count` is called with, and
  * reiterable: indices in params of the arguments `fallback` must list first.
+ *
+ * A gate (an adapter's `when` of the plain forms: a parameter, an attribute of `inst`, or
+ * the next item of an iterator that is one): gate_at, the index in params of the
+ * argument, or gate_attr, the attribute's name (with gate_next: next(attribute)); where
+ * it is false, the engine's method runs with no reader at all (its arguments untouched),
+ * as where it raises an Exception (reported to error() first).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,6 +57,9 @@ typedef struct {
     Py_ssize_t count_at;
     Py_ssize_t reiterable[HOOK_MAX_PARAMS];
     Py_ssize_t n_reiterable;
+    Py_ssize_t gate_at;  /* the param whose truth lets the readers run, or -1 */
+    PyObject *gate_attr; /* or the attribute of inst whose truth does, or NULL */
+    int gate_next;       /* gate_attr is an iterator: the truth of its next item */
     PyObject *dict; /* __name__, __wrapped__... (functools.update_wrapper) */
 } HookCall;
 
@@ -152,6 +162,33 @@ static int reader_failed(HookCall *self)
 static PyObject *hookcall_call(HookCall *self, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames, PyObject **slots);
 
+/* The gate's truth: 1 read, 0 do not, -1 do not (an Exception was reported), -2 an
+ * exception that is not an Exception is set. */
+static int gate_open(HookCall *self, PyObject **bound)
+{
+    int open;
+    if (self->gate_at >= 0) {
+        open = PyObject_IsTrue(bound[self->gate_at]);
+    } else {
+        PyObject *value = PyObject_GetAttr(self->inst, self->gate_attr);
+        if (value != NULL && self->gate_next) { /* next(value), as Python calls it */
+            PyObject *iterator = value;
+            value = NULL;
+            if (!PyIter_Check(iterator))
+                PyErr_Format(PyExc_TypeError, "'%.200s' object is not an iterator",
+                             Py_TYPE(iterator)->tp_name);
+            else if ((value = PyIter_Next(iterator)) == NULL && !PyErr_Occurred())
+                PyErr_SetNone(PyExc_StopIteration);
+            Py_DECREF(iterator);
+        }
+        open = value == NULL ? -1 : PyObject_IsTrue(value);
+        Py_XDECREF(value);
+    }
+    if (open < 0)
+        return reader_failed(self) < 0 ? -2 : -1;
+    return open;
+}
+
 static PyObject *hookcall_vectorcall(HookCall *self, PyObject *const *args, size_t nargsf,
                                      PyObject *kwnames)
 {
@@ -161,6 +198,13 @@ static PyObject *hookcall_vectorcall(HookCall *self, PyObject *const *args, size
     Py_ssize_t where[HOOK_MAX_PARAMS];
     if (!bind(self, args, nargs, kwnames, bound, where))
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (self->gate_at >= 0 || self->gate_attr != NULL) {
+        int open = gate_open(self, bound);
+        if (open == -2)
+            return NULL;
+        if (open <= 0)
+            return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    }
     if (self->n_reiterable == 0)
         return hookcall_call(self, args, nargsf, kwnames, slots);
     PyObject *copy[1 + HOOK_MAX_PARAMS], *held[HOOK_MAX_PARAMS];
@@ -230,7 +274,7 @@ static PyObject *hookcall_call(HookCall *self, PyObject *const *args, size_t nar
 /* Every reference a HookCall owns, once: traverse and clear both expand it. */
 #define HOOKCALL_REFERENCES(X) \
     X(original) X(params) X(defaults) X(inst) X(error) X(component) X(fallback) \
-    X(before) X(after) X(count) X(dict)
+    X(before) X(after) X(count) X(gate_attr) X(dict)
 
 static int hookcall_traverse(HookCall *self, visitproc visit, void *arg)
 {
@@ -265,14 +309,17 @@ static PyObject *hookcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 {
     static char *kwlist[] = {"original", "params", "defaults", "inst", "error", "component",
                              "fallback", "before", "after", "count", "count_at", "reiterable",
-                             NULL};
+                             "gate_at", "gate_attr", "gate_next", NULL};
     PyObject *original, *params, *defaults, *inst, *error, *component, *fallback;
     PyObject *before = NULL, *after = NULL, *count = NULL, *reiterable = NULL;
-    Py_ssize_t count_at = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOUO|$OOOnO", kwlist, &original,
+    PyObject *gate_attr = NULL;
+    Py_ssize_t count_at = -1, gate_at = -1;
+    int gate_next = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOUO|$OOOnOnOp", kwlist, &original,
                                      &PyTuple_Type, &params, &defaults, &inst, &error,
                                      &component, &fallback, &before, &after, &count,
-                                     &count_at, &reiterable))
+                                     &count_at, &reiterable, &gate_at, &gate_attr,
+                                     &gate_next))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(params);
     if (n > HOOK_MAX_PARAMS)
@@ -298,6 +345,17 @@ static PyObject *hookcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
                             count_at);
     if (has_count && ((before && before != Py_None) || (after && after != Py_None)))
         return PyErr_Format(PyExc_ValueError, "HookCall: a count hook has no readers");
+    if (gate_attr == Py_None)
+        gate_attr = NULL;
+    if (gate_attr != NULL && !PyUnicode_Check(gate_attr))
+        return PyErr_Format(PyExc_TypeError, "HookCall: gate_attr must be a str or None");
+    if (gate_at < -1 || gate_at >= n || (gate_at >= 0 && gate_attr != NULL))
+        return PyErr_Format(PyExc_ValueError, "HookCall: gate_at %zd is not a param index "
+                            "(or gate_attr is given too)", gate_at);
+    if (has_count && (gate_at >= 0 || gate_attr != NULL))
+        return PyErr_Format(PyExc_ValueError, "HookCall: a count hook has no gate");
+    if (gate_next && gate_attr == NULL)
+        return PyErr_Format(PyExc_ValueError, "HookCall: gate_next needs gate_attr");
     HookCall *self = (HookCall *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -313,6 +371,9 @@ static PyObject *hookcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->after = optional(after);
     self->count = has_count ? Py_NewRef(count) : NULL;
     self->count_at = count_at;
+    self->gate_at = gate_at;
+    self->gate_attr = gate_attr != NULL ? Py_NewRef(gate_attr) : NULL;
+    self->gate_next = gate_next;
     if (reiterable != NULL && reiterable != Py_None) {
         PyObject *seq = PySequence_Fast(reiterable, "HookCall: reiterable must be a sequence");
         if (seq == NULL) {

@@ -24,8 +24,10 @@ signature too (no ``*args`` packing per call). Where the C extension is built, s
 wrapper is installed as its C twin, :class:`kvobs.kernels._native.HookCall`, which binds
 the same parameters and calls the same readers with no Python frame of its own (a hook
 whose reader is C too, such as ``count=`` on the C event counters, then runs no Python
-at all); the generated wrapper stays its fallback for calls it does not bind. Hooks with
-a ``when`` gate (an expression) and coroutines keep the Python wrapper.
+at all); the generated wrapper stays its fallback for calls it does not bind. A ``when`` gate of
+a plain form, a parameter (``"num_external_tokens"``), an attribute of ``inst``
+(``"inst.in_flight"``) or the next item of one (``"next(inst.ticks)"``), is tested in C
+too; hooks with any other gate expression, and coroutines, keep the Python wrapper.
 
 Example:
     >>> from kvobs.recorder import Recorder
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -410,7 +413,7 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
     ``when`` gate (an expression), a coroutine, parameters that are not plain. Calls it
     cannot bind (too many arguments, an unknown or repeated keyword, a required one
     missing) go to ``fallback``, which means the same."""
-    if _HookCall is None or hook.when is not None or inspect.iscoroutinefunction(original):
+    if _HookCall is None or inspect.iscoroutinefunction(original):
         return None
     params = _plain_params(original)
     if params is None or len(params) > native.HOOK_MAX_PARAMS:
@@ -418,12 +421,44 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
     names = tuple(p.name for p in params)
     if not all(name in names for name in (*hook.reiterable, *filter(None, [hook.count]))):
         return None
+    gate: tuple[int, str | None, bool] = (-1, None, False)
+    if hook.when is not None:
+        plain = _plain_gate(hook.when, names)
+        if plain is None:
+            return None
+        gate = plain
     defaults = tuple(p.default for p in params if p.default is not p.empty) or None
     count = getattr(inst.tier, hook.means) if hook.count is not None else None
     return _HookCall(original, names, defaults, inst, inst.error, inst.component, fallback,
                      before=hook.before, after=hook.after, count=count,
                      count_at=names.index(hook.count) if hook.count is not None else -1,
-                     reiterable=tuple(names.index(name) for name in hook.reiterable))
+                     reiterable=tuple(names.index(name) for name in hook.reiterable),
+                     gate_at=gate[0], gate_attr=gate[1], gate_next=gate[2])
+
+
+_INST_ATTRIBUTE = re.compile(r"inst\.([A-Za-z_]\w*)")
+_NEXT_OF_INST_ATTRIBUTE = re.compile(r"next\(\s*inst\.([A-Za-z_]\w*)\s*\)")
+
+
+def _plain_gate(when: str, names: tuple[str, ...]) -> tuple[int, str | None, bool] | None:
+    """``when`` as the C wrapper's gate, ``(gate_at, gate_attr, gate_next)``: the index of
+    a parameter, or an attribute of inst (and whether its next item is the gate); None for
+    any other expression (the Python wrapper evaluates it).
+
+    Example:
+        >>> _plain_gate("n", ("blocks", "n")), _plain_gate("inst.due", ("n",))
+        ((1, None, False), (-1, 'due', False))
+        >>> _plain_gate("next(inst.ticks)", ()), _plain_gate("n and inst.due", ("n",))
+        ((-1, 'ticks', True), None)
+    """
+    text = when.strip()
+    if text in names:
+        return names.index(text), None, False
+    if attribute := _INST_ATTRIBUTE.fullmatch(text):
+        return -1, attribute[1], False
+    if attribute := _NEXT_OF_INST_ATTRIBUTE.fullmatch(text):
+        return -1, attribute[1], True
+    return None
 
 
 def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:

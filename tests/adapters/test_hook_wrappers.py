@@ -8,6 +8,7 @@ defaults and iterators."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import inspect
 import weakref
@@ -110,6 +111,48 @@ def test_readers_see_every_argument_as_the_engine_got_it(wrappers):
     assert seen == [("before", first), ("after", "state", 2, first),
                     ("before", second), ("after", "state", 1, second),
                     ("after", None, ["d"], {"keys": ["d"], "pinned": True})]
+
+
+class Truth:
+    """A gate value whose truth raises ``error``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __bool__(self) -> bool:
+        raise self.error
+
+
+@pytest.mark.parametrize("when", ["req", "inst.due"])
+def test_a_plain_gate_reads_only_where_it_holds(wrappers, when):
+    """A ``when`` of a parameter or an attribute of ``inst`` is tested by the C wrapper
+    itself (it stays a HookCall). Every wrapper reads nothing where the gate is false or
+    raises (an Exception: one error counted; the engine gets its call as made), and lets
+    a BaseException from it through without calling the engine."""
+    seen: list = []
+    spec = spec_with(seen)
+    spec = dataclasses.replace(spec, hooks=tuple(
+        dataclasses.replace(hook, when=when) if hook.method == "store" else hook
+        for hook in spec.hooks))
+    rec, engine = Recorder(), Engine()
+    inst = start(engine, spec, rec)
+    assert isinstance(engine.store, _hooks._HookCall or ()) == (wrappers == "native")
+
+    def gate(value):  # the gate's value for the next call, and the call's req
+        inst.due = value
+        return value if when == "req" else "r"
+
+    inst.due = True
+    with capture_logs():
+        assert engine.store(iter(["a"]), gate(0)) == 1           # closed
+        assert engine.store(["b"], gate(1)) == 1                 # open: read
+        assert engine.store(["c"], gate(Truth(ValueError()))) == 1   # raises: counted
+        with pytest.raises(KeyboardInterrupt):
+            engine.store(["d"], gate(Truth(KeyboardInterrupt())))
+    assert [call[1] for call in engine.calls] == [["a"], ["b"], ["c"]]
+    assert [entry[0] for entry in seen] == ["before", "after"]
+    assert seen[0][1]["keys"] == ["b"]
+    assert rec.snapshot().errors == {"test.engine": 1}
 
 
 def test_a_failing_before_reads_nothing_after_and_the_engine_call_goes_on(wrappers):

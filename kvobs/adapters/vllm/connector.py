@@ -90,7 +90,7 @@ def _planned(inst: ConnectorInstrumentation, state: None, result: None, request:
     ``hits_by_source`` does (``get_external_cache_hit_sources``: ``disk`` -> disk hits,
     ``host`` and ``external_unspecified`` -> host hits; ``p2p``, a peer's cache, is
     neither)."""
-    external = inst.external  # the gate: external tokens, and a lookup adapter to tell
+    external = inst.external  # (the gate: external tokens) and a lookup adapter to tell
     if external is None:
         return
     host = disk = 0
@@ -107,7 +107,7 @@ SPEC = AdapterSpec(COMPONENT, ("OffloadingConnectorScheduler",), (
     Hook("update_connector_output", ("connector_output",), "transfer",
          after=_reported),
     Hook("update_state_after_alloc", ("request", "blocks", "num_external_tokens"), "lookup",
-         after=_planned, when="num_external_tokens and inst.external is not None"),
+         after=_planned, when="num_external_tokens"),
 ), state=("manager", "get_external_cache_hit_sources"))
 
 

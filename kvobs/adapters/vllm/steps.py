@@ -59,10 +59,11 @@ class StepInstrumentation(Instrumentation):
         self.in_flight: dict[int, tuple[float, int, int]] = {}
         self.steady_every = max(int(steady_every), 1)
         self.warm = warm  # timed steps left at ``every``
-        #: the stride: True every ``every``-th step (the first step is timed)
-        self.ticks = stride(max(int(every), 1) if warm > 0 else self.steady_every)
-        #: the last due step scheduled nothing: time the next one
-        self.retry = True
+        #: the stride now: ``every`` while warming up, then ``steady_every``
+        self.every = max(int(every), 1) if warm > 0 else self.steady_every
+        #: the gate: True every ``every``-th step, the first one first (a due step that
+        #: scheduled nothing starts it again, so the next step is timed)
+        self.ticks = stride(self.every)
 
 
 def stride(every: int) -> Any:
@@ -90,13 +91,13 @@ def _scheduled(inst: StepInstrumentation, state: None, out: Any,
                throttle_prefills: bool = False) -> None:
     """A due step was scheduled (the gate let it through): time it from here."""
     if not out.total_num_scheduled_tokens:
-        inst.retry = True  # nothing to time: the next step takes the turn
+        inst.ticks = stride(inst.every)  # nothing to time: the next step takes the turn
         return
-    inst.retry = False
     if inst.warm > 0:
         inst.warm -= 1
         if not inst.warm:
-            inst.ticks = stride(inst.steady_every)
+            inst.every = inst.steady_every
+            inst.ticks = stride(inst.every)
     prefill, decode = step_tokens(out)
     in_flight = inst.in_flight
     in_flight[id(out)] = (perf_counter(), prefill, decode)
@@ -114,7 +115,7 @@ def _executed(inst: StepInstrumentation, scheduler_output: Any,
 
 
 SPEC = AdapterSpec(COMPONENT, ("Scheduler",), (
-    Hook("schedule", (), "track", after=_scheduled, when="inst.retry or next(inst.ticks)"),
+    Hook("schedule", (), "track", after=_scheduled, when="next(inst.ticks)"),
     Hook("update_from_output", ("scheduler_output", "model_runner_output"), "track",
          before=_executed, when="inst.in_flight"),
 ))
