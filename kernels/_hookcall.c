@@ -454,15 +454,114 @@ static PyTypeObject HookCallType = {
     .tp_repr = (reprfunc)hookcall_repr,
 };
 
-int hookcall_add(PyObject *module)
+/*
+ * AttrPath("a.b"): a reader that returns its first argument's attribute a.b, whatever else
+ * it is given: reader(inst, *params) -> inst.a.b, with no Python frame (a `before` that
+ * only reads the engine's own count, say). kvobs.adapters._hooks.attr_path is its Python
+ * twin where the extension is not built.
+ */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *names; /* tuple of str: the path's attributes in order */
+    PyObject *path;  /* the dotted text (repr) */
+} AttrPath;
+
+static PyObject *attrpath_vectorcall(AttrPath *self, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames)
 {
-    if (PyType_Ready(&HookCallType) < 0 ||
-        PyModule_AddIntConstant(module, "HOOK_MAX_PARAMS", HOOK_MAX_PARAMS) < 0)
+    if (PyVectorcall_NARGS(nargsf) < 1)
+        return PyErr_Format(PyExc_TypeError, "AttrPath(%R) needs the object to read",
+                            self->path);
+    PyObject *value = Py_NewRef(args[0]);
+    for (Py_ssize_t i = 0; value != NULL && i < PyTuple_GET_SIZE(self->names); i++)
+        Py_SETREF(value, PyObject_GetAttr(value, PyTuple_GET_ITEM(self->names, i)));
+    return value;
+}
+
+static PyObject *attrpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"path", NULL};
+    PyObject *path;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "U", kwlist, &path))
+        return NULL;
+    PyObject *dot = PyUnicode_FromString(".");
+    PyObject *names = dot ? PyUnicode_Split(path, dot, -1) : NULL;
+    Py_XDECREF(dot);
+    if (names == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyUnicode_IsIdentifier(name)) {
+            Py_DECREF(names);
+            return PyErr_Format(PyExc_ValueError, "AttrPath: %R is not a dotted path of "
+                                "attribute names", path);
+        }
+        PyUnicode_InternInPlace(&PyList_GET_ITEM(names, i));
+    }
+    AttrPath *self = (AttrPath *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(names);
+        return NULL;
+    }
+    self->vectorcall = (vectorcallfunc)attrpath_vectorcall;
+    self->names = PyList_AsTuple(names);
+    Py_DECREF(names);
+    self->path = Py_NewRef(path);
+    if (self->names == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void attrpath_dealloc(AttrPath *self)
+{
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->path);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *attrpath_repr(AttrPath *self)
+{
+    return PyUnicode_FromFormat("AttrPath(%R)", self->path);
+}
+
+static PyMemberDef attrpath_members[] = {
+    {"path", T_OBJECT, offsetof(AttrPath, path), READONLY, "the dotted attribute path"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject AttrPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.AttrPath",
+    .tp_basicsize = sizeof(AttrPath),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "AttrPath(path)(obj, *args, **kwargs) -> obj.<path> (a reader in C).",
+    .tp_new = attrpath_new,
+    .tp_dealloc = (destructor)attrpath_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(AttrPath, vectorcall),
+    .tp_members = attrpath_members,
+    .tp_repr = (reprfunc)attrpath_repr,
+};
+
+static int add_type(PyObject *module, const char *name, PyTypeObject *type)
+{
+    if (PyType_Ready(type) < 0)
         return -1;
-    Py_INCREF(&HookCallType);
-    if (PyModule_AddObject(module, "HookCall", (PyObject *)&HookCallType) < 0) {
-        Py_DECREF(&HookCallType);
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
         return -1;
     }
     return 0;
+}
+
+int hookcall_add(PyObject *module)
+{
+    if (PyModule_AddIntConstant(module, "HOOK_MAX_PARAMS", HOOK_MAX_PARAMS) < 0)
+        return -1;
+    return add_type(module, "HookCall", &HookCallType) < 0 ||
+           add_type(module, "AttrPath", &AttrPathType) < 0 ? -1 : 0;
 }

@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import re
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kvobs.errors import KvobsError
 from kvobs.events import EVENTS, NULL_TIER, TierEvents
@@ -404,6 +405,34 @@ def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) ->
 
 
 _HookCall: Any = getattr(native, "HookCall", None)
+_AttrPath: Any = getattr(native, "AttrPath", None)
+
+
+def attr_path(path: str) -> Callable[..., Any]:
+    """A reader returning its first argument's dotted attribute ``path``, whatever else it
+    is given: ``before=attr_path("target._num_write_pending_chunks")`` reads the engine's
+    own count before each call. In C where the extension is built (no Python frame per
+    call: :class:`kvobs.kernels._native.AttrPath`), else in Python.
+
+    Raises:
+        ValueError: ``path`` is not a dotted path of attribute names.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> read = attr_path("target.pending")
+        >>> read(SimpleNamespace(target=SimpleNamespace(pending=3)), ["key"], None)
+        3
+    """
+    if not all(name.isidentifier() for name in path.split(".")):
+        raise ValueError(f"AttrPath: {path!r} is not a dotted path of attribute names")
+    if _AttrPath is not None:
+        return cast(Callable[..., Any], _AttrPath(path))
+    getter = operator.attrgetter(path)
+
+    def read(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return getter(obj)
+
+    return read
 
 
 def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any],

@@ -60,11 +60,11 @@ def mutants() -> list[Mutant]:
         *recorder_call("host.allocate(store)", host,
                        "        inst.tier.allocate(len(output.keys_to_store))\n    if output."
                        "evicted_keys:\n        inst.tier.evict(len(output.evicted_keys), "
-                       '"capacity", keys=output.evicted_keys)\n\n\ndef _writes_pending',
+                       '"capacity", keys=output.evicted_keys)\n\n\n#: Chunks being written',
                        "len(output.keys_to_store)"),
         *recorder_call("host.evict(capacity)", host,
                        'inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.'
-                       "evicted_keys)\n\n\ndef _writes_pending", "len(output.evicted_keys)"),
+                       "evicted_keys)\n\n\n#: Chunks being written", "len(output.evicted_keys)"),
         *recorder_call("host.free(landed)", host,
                        "inst.tier.free(landed)  # the written", "landed"),
         *recorder_call("host.store", host,

@@ -155,6 +155,35 @@ def test_a_plain_gate_reads_only_where_it_holds(wrappers, when):
     assert rec.snapshot().errors == {"test.engine": 1}
 
 
+@pytest.mark.parametrize("twin", ["native", "python"])
+def test_an_attribute_path_reader_reads_before_in_every_wrapper(wrappers, twin, monkeypatch):
+    """``attr_path`` (C ``AttrPath``, or its Python twin) as a ``before``: its first
+    argument's dotted attribute is the state ``after`` gets, whatever else the call
+    passes; a missing attribute is one error and the engine call goes on."""
+    if twin == "python":
+        monkeypatch.setattr(_hooks, "_AttrPath", None)
+    elif _hooks._AttrPath is None:
+        pytest.skip("the C extension is not built here")
+    read = _hooks.attr_path("target.version")
+    assert (type(read).__name__ == "AttrPath") == (twin == "native")
+    seen: list = []
+    spec = spec_with(seen, before=read,
+                     after=lambda inst, state, result, *args, **kwargs: seen.append(state))
+    rec, engine = Recorder(), Engine()
+    start(engine, spec, rec)
+    engine.version = 1
+    assert engine.store(iter(["a"]), "r1") == 1
+    engine.version = 2
+    assert engine.store(["b"], req="r2", success=False) == 1
+    assert seen == [1, 2]
+    del engine.version  # the before raises AttributeError
+    with capture_logs():
+        assert engine.store(["c"], "r3") == 1
+    assert len(seen) == 2 and rec.snapshot().errors == {"test.engine": 1}
+    with pytest.raises(ValueError, match="dotted path"):
+        _hooks.attr_path("target..calls")
+
+
 def test_a_failing_before_reads_nothing_after_and_the_engine_call_goes_on(wrappers):
     seen: list = []
     rec, engine = Recorder(), Engine()

@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, attr_path, instrument
 from kvobs.adapters.vllm.lookups import HostHits
 from kvobs.events import NULL_LINK, LinkEvents
 from kvobs.recorder import Recorder, TierRecorder
@@ -114,9 +114,8 @@ def _store_prepared(inst: OffloadingInstrumentation, state: None, output: Any,
         inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.evicted_keys)
 
 
-def _writes_pending(inst: OffloadingInstrumentation, *args: Any, **kwargs: Any) -> int:
-    """Chunks being written, before the call (vLLM's own count: O(1) per call)."""
-    return int(inst.target._num_write_pending_chunks)
+#: Chunks being written, read before the call (vLLM's own count: O(1), in C).
+_writes_pending = attr_path("target._num_write_pending_chunks")
 
 
 def _store_completed(inst: OffloadingInstrumentation, pending: int, result: None,
