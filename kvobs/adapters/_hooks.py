@@ -439,7 +439,8 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
                     fallback: Callable[..., Any]) -> Any:
     """The C twin of ``fallback`` (:class:`kvobs.kernels._native.HookCall`, no Python frame
     of its own), or None where the extension is not built or ``hook`` needs Python: a
-    ``when`` gate (an expression), a coroutine, parameters that are not plain. Calls it
+    ``when`` gate of no plain form (:func:`_plain_gate`), a coroutine, parameters that are
+    not plain. Calls it
     cannot bind (too many arguments, an unknown or repeated keyword, a required one
     missing) go to ``fallback``, which means the same."""
     if _HookCall is None or inspect.iscoroutinefunction(original):

@@ -8,7 +8,9 @@ readers of its arguments and result. :func:`instrument` checks one engine *insta
 against the spec and wraps it; :class:`Instrumentation` is what it returns (``unwrap()``
 restores the object exactly). :func:`guarded` turns a reader you call yourself into one
 whose failure is counted instead of raised; :func:`warn_once` logs a warning once per
-process; :class:`AdapterError` is an object that cannot be instrumented. Check an
+process; :class:`AdapterError` is an object that cannot be instrumented; :func:`attr_path` is a
+``before`` that only reads an attribute, with no Python frame where the C extension is
+built. Check an
 adapter with :mod:`kvobs.testing`.
 
 Example:
@@ -32,6 +34,7 @@ from kvobs.adapters._hooks import (
     AdapterSpec,
     Hook,
     Instrumentation,
+    attr_path,
     guarded,
     instrument,
     signature_problems,
@@ -47,6 +50,7 @@ __all__ = [
     "Instrumentation",
     "LinkEvents",
     "TierEvents",
+    "attr_path",
     "guarded",
     "instrument",
     "signature_problems",
