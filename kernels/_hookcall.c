@@ -171,14 +171,15 @@ static int gate_open(HookCall *self, PyObject **bound)
         open = PyObject_IsTrue(bound[self->gate_at]);
     } else {
         PyObject *value = PyObject_GetAttr(self->inst, self->gate_attr);
-        if (value != NULL && self->gate_next) { /* next(value), as Python calls it */
+        if (value != NULL && self->gate_next) { /* next(value), as the builtin calls it */
             PyObject *iterator = value;
             value = NULL;
             if (!PyIter_Check(iterator))
                 PyErr_Format(PyExc_TypeError, "'%.200s' object is not an iterator",
                              Py_TYPE(iterator)->tp_name);
-            else if ((value = PyIter_Next(iterator)) == NULL && !PyErr_Occurred())
-                PyErr_SetNone(PyExc_StopIteration);
+            else if ((value = (*Py_TYPE(iterator)->tp_iternext)(iterator)) == NULL
+                     && !PyErr_Occurred())
+                PyErr_SetNone(PyExc_StopIteration); /* exhausted: StopIteration(value) kept */
             Py_DECREF(iterator);
         }
         open = value == NULL ? -1 : PyObject_IsTrue(value);
@@ -527,6 +528,12 @@ static PyObject *attrpath_repr(AttrPath *self)
     return PyUnicode_FromFormat("AttrPath(%R)", self->path);
 }
 
+static PyMethodDef attrpath_methods[] = {
+    {"__copy__", hookcall_self, METH_NOARGS, NULL}, /* kept under copy, as a function is */
+    {"__deepcopy__", hookcall_self, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMemberDef attrpath_members[] = {
     {"path", T_OBJECT, offsetof(AttrPath, path), READONLY, "the dotted attribute path"},
     {NULL, 0, 0, 0, NULL},
@@ -542,6 +549,7 @@ static PyTypeObject AttrPathType = {
     .tp_dealloc = (destructor)attrpath_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(AttrPath, vectorcall),
+    .tp_methods = attrpath_methods,
     .tp_members = attrpath_members,
     .tp_repr = (reprfunc)attrpath_repr,
 };

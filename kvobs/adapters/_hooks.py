@@ -58,7 +58,9 @@ import functools
 import inspect
 import operator
 import re
+import sys
 import types
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -484,11 +486,15 @@ def _plain_gate(when: str, names: tuple[str, ...]) -> tuple[int, str | None, boo
     text = when.strip()
     if text in names:
         return names.index(text), None, False
-    if attribute := _INST_ATTRIBUTE.fullmatch(text):
-        return -1, attribute[1], False
-    if attribute := _NEXT_OF_INST_ATTRIBUTE.fullmatch(text):
-        return -1, attribute[1], True
-    return None
+    attribute = _INST_ATTRIBUTE.fullmatch(text)
+    following = None if attribute else _NEXT_OF_INST_ATTRIBUTE.fullmatch(text)
+    found = attribute or following
+    # Python reads the name as compiled (NFKC), and a parameter named next shadows the
+    # builtin: those gates stay with the Python wrapper
+    if found is None or unicodedata.normalize("NFKC", found[1]) != found[1] \
+            or (following is not None and "next" in names):
+        return None
+    return -1, sys.intern(found[1]), following is not None
 
 
 def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:
@@ -649,7 +655,7 @@ def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any
         return _generated_call_wrapper(inst, hook, original, params)
     before, after, error, component = hook.before, hook.after, inst.error, inst.component
     relist = _reiterable(hook) if hook.reiterable else None
-    gate = _gate(inst, hook)
+    gate = _gate(inst, hook, original)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if gate is not None:
@@ -679,21 +685,35 @@ def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any
     return wrapper
 
 
-def _gate(inst: Instrumentation, hook: Hook) -> Callable[..., Any] | None:
-    """``hook.when`` as a function of the call's arguments (the wrappers that take
-    ``*args``), or None without one."""
+def _gate(inst: Instrumentation, hook: Hook,
+          original: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``hook.when`` as a function of a call's arguments, bound to ``original``'s own
+    parameters with its defaults (the wrappers that take ``*args``), or None without one."""
     if hook.when is None:
         return None
-    params = ", ".join((*hook.params, "*_args", "**_kwargs"))
-    gate: Callable[..., Any] = eval(f"lambda {params}: {hook.when}",  # an adapter's own text
-                                    {"inst": inst})
+    code = compile(hook.when, f"<when of {hook.method}>", "eval")
+    try:
+        signature: inspect.Signature | None = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+    scope = {"inst": inst}
+
+    def gate(*args: Any, **kwargs: Any) -> Any:
+        if signature is None:
+            names = {**dict(zip(hook.params, args, strict=False)), **kwargs}
+        else:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            names = bound.arguments
+        return eval(code, scope, names)  # an adapter's own text, compiled once
+
     return gate
 
 
 def _async_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
     before, after, error, component = hook.before, hook.after, inst.error, inst.component
     relist = _reiterable(hook) if hook.reiterable else None
-    gate = _gate(inst, hook)
+    gate = _gate(inst, hook, original)
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         if gate is not None:

@@ -223,6 +223,27 @@ def test_a_gate_calls_no_reader_when_false_and_a_failing_gate_is_counted(method)
     assert rec.snapshot().errors == {"test.gate": 1}  # {}['due'] raised: read nothing
 
 
+class Worker:
+    """A toy engine method whose gated parameter has a default, and takes ``*rest``."""
+
+    def work(self, n, flag=None, *rest):
+        return n
+
+
+def test_an_args_wrapper_s_gate_reads_the_engine_s_defaults():
+    """A gate over a parameter the call leaves out reads the engine method's default (the
+    ``*args`` wrapper binds the call to its signature), as a generated wrapper would."""
+    seen = []
+    spec = AdapterSpec("test.gate", ("Worker",), (
+        Hook("work", ("n", "flag"), "track", after=lambda inst, state, result, n, *a, **k:
+             seen.append(n), when="flag"),))
+    rec, worker = Recorder(), Worker()
+    instrument(worker, spec, lambda active: Instrumentation(worker, spec.component, active,
+                                                           rec))
+    assert [worker.work(1), worker.work(2, True), worker.work(3, None, "x")] == [1, 2, 3]
+    assert seen == [2] and rec.snapshot().errors == {}
+
+
 def test_a_gate_that_does_not_compile_is_refused_at_definition():
     with pytest.raises(SyntaxError):
         Hook("step", ("output",), "track", when="output[")

@@ -182,6 +182,36 @@ def test_an_attribute_path_reader_reads_before_in_every_wrapper(wrappers, twin, 
     assert len(seen) == 2 and rec.snapshot().errors == {"test.engine": 1}
     with pytest.raises(ValueError, match="dotted path"):
         _hooks.attr_path("target..calls")
+    assert copy.copy(read) is read and copy.deepcopy(read) is read  # as a function is kept
+
+
+def test_a_gate_on_an_exhausted_iterator_reports_its_stop_iteration(wrappers):
+    """``next(inst.ticks)`` on an iterator that ran out: one error, the engine call goes
+    on, and the error is the iterator's own ``StopIteration`` (its value kept)."""
+    def ticks():
+        return "done"
+        yield True  # a generator that returns at once
+
+    spec = spec_with([])
+    spec = dataclasses.replace(spec, hooks=tuple(
+        dataclasses.replace(hook, when="next(inst.ticks)") if hook.method == "store"
+        else hook for hook in spec.hooks))
+    rec, engine = Recorder(), Engine()
+    inst = start(engine, spec, rec)
+    inst.ticks = ticks()
+    with capture_logs() as logs:
+        assert engine.store(["a"], "r") == 1
+    assert engine.calls == [("store", ["a"], "r", True)]
+    assert rec.snapshot().errors == {"test.engine": 1}
+    assert [log["error"] for log in logs] == ["StopIteration('done')"]
+
+
+def test_a_gate_python_reads_otherwise_stays_with_the_python_wrapper():
+    """A parameter named ``next`` shadows the builtin, and a non-NFKC name compiles to
+    another one: such gates are not given to the C wrapper."""
+    assert _hooks._plain_gate("next(inst.ticks)", ("next",)) is None
+    assert _hooks._plain_gate("inst.a\uff47", ()) is None
+    assert _hooks._plain_gate("next(inst.ticks)", ("n",)) == (-1, "ticks", True)
 
 
 def test_a_failing_before_reads_nothing_after_and_the_engine_call_goes_on(wrappers):
