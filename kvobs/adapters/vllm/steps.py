@@ -31,6 +31,7 @@ Example (needs vLLM)::
 
 from __future__ import annotations
 
+from functools import cache
 from itertools import cycle
 from time import perf_counter
 from typing import Any
@@ -67,8 +68,14 @@ class StepInstrumentation(Instrumentation):
 
 
 def stride(every: int) -> Any:
-    """An endless iterator of bools, True first and then every ``every``-th."""
-    return cycle((True,) + (False,) * (every - 1))
+    """An endless iterator of bools, True first and then every ``every``-th (a new one
+    after each empty due step: its pattern is built once per stride length)."""
+    return cycle(_pattern(every))
+
+
+@cache
+def _pattern(every: int) -> tuple[bool, ...]:
+    return (True,) + (False,) * (every - 1)
 
 
 def step_tokens(out: Any) -> tuple[int, int]:
