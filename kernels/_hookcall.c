@@ -554,22 +554,9 @@ static PyTypeObject AttrPathType = {
     .tp_repr = (reprfunc)attrpath_repr,
 };
 
-static int add_type(PyObject *module, const char *name, PyTypeObject *type)
-{
-    if (PyType_Ready(type) < 0)
-        return -1;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
-}
-
 int hookcall_add(PyObject *module)
 {
-    if (PyModule_AddIntConstant(module, "HOOK_MAX_PARAMS", HOOK_MAX_PARAMS) < 0)
-        return -1;
-    return add_type(module, "HookCall", &HookCallType) < 0 ||
-           add_type(module, "AttrPath", &AttrPathType) < 0 ? -1 : 0;
+    return PyModule_AddIntConstant(module, "HOOK_MAX_PARAMS", HOOK_MAX_PARAMS) < 0 ||
+           PyModule_AddType(module, &HookCallType) < 0 ||
+           PyModule_AddType(module, &AttrPathType) < 0 ? -1 : 0;
 }

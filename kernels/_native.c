@@ -2473,10 +2473,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
-    if (PyType_Ready(&ReuseCoreType) < 0 || PyType_Ready(&ThrashCoreType) < 0 ||
-        PyType_Ready(&ResidencyCoreType) < 0 || PyType_Ready(&TierCoreType) < 0 ||
-        PyType_Ready(&LinkCoreType) < 0)
-        return NULL;
     if (!(s_block_hash = PyUnicode_InternFromString("_block_hash")) ||
         !(s_hashes_gained = PyUnicode_InternFromString("hashes_gained")) ||
         !(s_written = PyUnicode_InternFromString("written")) ||
@@ -2508,35 +2504,14 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&ReuseCoreType);
-    if (PyModule_AddObject(m, "ReuseCore", (PyObject *)&ReuseCoreType) < 0) {
-        Py_DECREF(&ReuseCoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&ThrashCoreType);
-    if (PyModule_AddObject(m, "ThrashCore", (PyObject *)&ThrashCoreType) < 0) {
-        Py_DECREF(&ThrashCoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&ResidencyCoreType);
-    if (PyModule_AddObject(m, "ResidencyCore", (PyObject *)&ResidencyCoreType) < 0) {
-        Py_DECREF(&ResidencyCoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&TierCoreType);
-    if (PyModule_AddObject(m, "TierCore", (PyObject *)&TierCoreType) < 0) {
-        Py_DECREF(&TierCoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&LinkCoreType);
-    if (PyModule_AddObject(m, "LinkCore", (PyObject *)&LinkCoreType) < 0) {
-        Py_DECREF(&LinkCoreType);
-        Py_DECREF(m);
-        return NULL;
+    /* each type readied and added under its own name (tp_name's last part) */
+    PyTypeObject *types[] = {&ReuseCoreType, &ThrashCoreType, &ResidencyCoreType,
+                             &TierCoreType, &LinkCoreType};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (PyModule_AddType(m, types[i]) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     if (hookcall_add(m) < 0) {
         Py_DECREF(m);

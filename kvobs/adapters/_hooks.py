@@ -24,8 +24,8 @@ signature too (no ``*args`` packing per call). Where the C extension is built, s
 wrapper is installed as its C twin, :class:`kvobs.kernels._native.HookCall`, which binds
 the same parameters and calls the same readers with no Python frame of its own (a hook
 whose reader is C too, such as ``count=`` on the C event counters, then runs no Python
-at all); the generated wrapper stays its fallback for calls it does not bind. A ``when`` gate of
-a plain form, a parameter (``"num_external_tokens"``), an attribute of ``inst``
+at all); the generated wrapper stays its fallback for calls it does not bind. A ``when``
+gate of a plain form, a parameter (``"num_external_tokens"``), an attribute of ``inst``
 (``"inst.in_flight"``) or the next item of one (``"next(inst.ticks)"``), is tested in C
 too; hooks with any other gate expression, and coroutines, keep the Python wrapper.
 
@@ -425,10 +425,10 @@ def attr_path(path: str) -> Callable[..., Any]:
         >>> read(SimpleNamespace(target=SimpleNamespace(pending=3)), ["key"], None)
         3
     """
+    if _AttrPath is not None:  # it checks the path itself
+        return cast(Callable[..., Any], _AttrPath(path))
     if not all(name.isidentifier() for name in path.split(".")):
         raise ValueError(f"AttrPath: {path!r} is not a dotted path of attribute names")
-    if _AttrPath is not None:
-        return cast(Callable[..., Any], _AttrPath(path))
     getter = operator.attrgetter(path)
 
     def read(obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -442,9 +442,8 @@ def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., A
     """The C twin of ``fallback`` (:class:`kvobs.kernels._native.HookCall`, no Python frame
     of its own), or None where the extension is not built or ``hook`` needs Python: a
     ``when`` gate of no plain form (:func:`_plain_gate`), a coroutine, parameters that are
-    not plain. Calls it
-    cannot bind (too many arguments, an unknown or repeated keyword, a required one
-    missing) go to ``fallback``, which means the same."""
+    not plain. Calls it cannot bind (too many arguments, an unknown or repeated keyword, a
+    required one missing) go to ``fallback``, which means the same."""
     if _HookCall is None or inspect.iscoroutinefunction(original):
         return None
     params = _plain_params(original)

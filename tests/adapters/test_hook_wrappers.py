@@ -8,7 +8,6 @@ defaults and iterators."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import gc
 import inspect
 import weakref
@@ -61,7 +60,7 @@ def called_with(method: str, keys, args, kwargs) -> dict:
     return {name: value for name, value in bound.arguments.items() if name != "self"}
 
 
-def spec_with(seen: list, before=None, after=None) -> AdapterSpec:
+def spec_with(seen: list, before=None, after=None, when=None) -> AdapterSpec:
     def reading_before(inst, keys, *args, **kwargs):
         seen.append(("before", called_with("store", keys, args, kwargs)))
         return "state"
@@ -72,7 +71,7 @@ def spec_with(seen: list, before=None, after=None) -> AdapterSpec:
 
     return AdapterSpec("test.engine", ("Engine",), (
         Hook("store", ("keys", "req"), "store", before=before or reading_before,
-             after=after or reading_after, reiterable=("keys",)),
+             after=after or reading_after, reiterable=("keys",), when=when),
         Hook("load", ("keys",), "reuse", after=after or reading_after, reiterable=("keys",)),
     ))
 
@@ -130,10 +129,7 @@ def test_a_plain_gate_reads_only_where_it_holds(wrappers, when):
     raises (an Exception: one error counted; the engine gets its call as made), and lets
     a BaseException from it through without calling the engine."""
     seen: list = []
-    spec = spec_with(seen)
-    spec = dataclasses.replace(spec, hooks=tuple(
-        dataclasses.replace(hook, when=when) if hook.method == "store" else hook
-        for hook in spec.hooks))
+    spec = spec_with(seen, when=when)
     rec, engine = Recorder(), Engine()
     inst = start(engine, spec, rec)
     assert isinstance(engine.store, _hooks._HookCall or ()) == (wrappers == "native")
@@ -192,10 +188,7 @@ def test_a_gate_on_an_exhausted_iterator_reports_its_stop_iteration(wrappers):
         return "done"
         yield True  # a generator that returns at once
 
-    spec = spec_with([])
-    spec = dataclasses.replace(spec, hooks=tuple(
-        dataclasses.replace(hook, when="next(inst.ticks)") if hook.method == "store"
-        else hook for hook in spec.hooks))
+    spec = spec_with([], when="next(inst.ticks)")
     rec, engine = Recorder(), Engine()
     inst = start(engine, spec, rec)
     inst.ticks = ticks()

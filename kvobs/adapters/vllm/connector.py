@@ -117,7 +117,8 @@ def instrument_connector_scheduler(side: Any, rec: Recorder, *, gpu_tier: str = 
                                    ) -> ConnectorInstrumentation:
     """Count the bytes and seconds an ``OffloadingConnectorScheduler``'s workers report into
     ``rec`` (its transfers are counted where vLLM completes them, in the manager: see
-    :func:`~kvobs.adapters.vllm.offloading.instrument_offloading_manager`'s ``jobs``).
+    :class:`~kvobs.adapters.vllm.offloading.OffloadingInstrumentation`'s ``store_jobs`` /
+    ``load_jobs``, which ``instrument_scheduler`` sets).
 
     Args:
         side: ``scheduler.connector.connector_scheduler``.
