@@ -293,25 +293,31 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
 
 /* ---- reuse-distance profile core (kvobs.reuse) ----------------------------------------
  *
- * ReuseCore(max_keys, threshold, weight, bounds) holds the sampled part of a
+ * ReuseCore(max_keys, threshold, weight, bounds[, track]) holds the sampled part of a
  * kvobs.reuse.ReuseProfile: the same algorithm as its pure-Python fallback, step for step,
  * so both give the same counts on the same input (tests/core/test_reuse_native.py).
  *
  *   reference(keys, counted) -> None
  *       For each key: bits = hash((key,)) (CPython's tuple hash of a 1-tuple, computed
- *       without building the tuple); the key is sampled when the low 24 bits of bits are
- *       below `threshold`. A sampled key's reuse distance (distinct sampled keys since its
- *       previous reference, + itself, times `weight`; with weight > 1 at most the number of
- *       references, every key of every call, since that one) is counted in the first bucket whose
- *       bound is >= it (cold references: the last one) when `counted` is true; otherwise
- *       (a block written into the cache) only its recency is updated.
+ *       without building the tuple); the key is tracked when the low 24 bits of bits are
+ *       below `track` (default `threshold`). A tracked key's reuse distance (distinct
+ *       tracked keys since its previous reference, + itself, times SPACE / track, or
+ *       `weight` once track has come down to threshold; when scaled, at most the number
+ *       of references, every key of every call, since that one) is counted in the first
+ *       bucket whose bound is >= it (cold references: the last one) when `counted` is
+ *       true; otherwise (a block written into the cache) only its recency is updated.
+ *       Counts are in samples at `threshold` (the exported counters' unit): a counted
+ *       reference adds track_weight / weight (1 at threshold; 1/16 at rate 1/16 while
+ *       every key is tracked: sixteen tracked references stand for one sample). When
+ *       max_keys keys are live and a new one arrives, `track` is halved (not below
+ *       threshold) and the keys above it are dropped, until one fits; at threshold, the
+ *       least recently used key is forgotten instead.
  *
  * State: an open-addressing table (bits -> slot, linear probing, backward-shift delete), a
  * bitmap over 4 x max_live time slots (a set bit marks a key's latest slot) with a Fenwick
  * tree over its 64-slot words (a distance reads a few words, not a path through a tree
  * as large as the slots: a cache miss or two per sampled reference), the key of each
- * slot; slots are renumbered in recency order when they run out. The least recently used
- * key is forgotten when max_keys keys are live and a new one arrives.
+ * slot; slots are renumbered in recency order when they run out.
  *
  * The arrays are sized for max_live keys, starting at REUSE_INITIAL_LIVE and doubled (up to
  * max_keys) when that many are live: an engine whose blocks repeat keeps a table that
@@ -371,20 +377,24 @@ static void ktab_delete(KeyTable *t, Py_ssize_t i)
 typedef struct {
     PyObject_HEAD
     Py_ssize_t max_keys, max_live, slots, live, clock;
-    uint64_t threshold;
+    uint64_t threshold;           /* counted: the sampling rate's threshold (its weight) */
     double weight;
+    uint64_t track;               /* tracked: threshold <= track, halved down to it as */
+    double track_weight;          /* keys arrive (scale of a distance: SPACE / track) */
+    double count_weight;          /* what a counted reference adds: track_weight / weight */
     Py_ssize_t n_bounds;
     double *bounds;
-    long long *counts;            /* n_bounds + 1 */
+    double *counts;               /* n_bounds + 1, in samples at `threshold` */
     int32_t *tree;                /* Fenwick over the words of live_bits: words + 1 */
     uint64_t *slot_key;           /* slots */
     int64_t *slot_when;           /* slots: the reference number of the slot's reference */
     uint64_t *live_bits;          /* words = slots / 64 */
     Py_ssize_t words;
     KeyTable tbl;                 /* key bits -> slot */
-    long long sampled, total, forgotten;
+    double sampled;               /* counted references, in samples at `threshold` */
+    long long total, forgotten;
     long long refs;               /* every reference seen, sampled or not, counted or not */
-    int sampling;                 /* weight > 1: distances are scaled estimates */
+    int sampling;                 /* weight > 1: distances may be scaled estimates */
     int tuple_hash_ok;            /* the replica below equals hash((key,)) here */
 } ReuseCore;
 
@@ -619,15 +629,51 @@ static void reuse_compact(ReuseCore *self)
     self->clock = n;
 }
 
-/* One sampled reference, the `when`-th reference the core has seen (sampled or not). */
+/* Halve `track` (not below threshold) and drop the live keys above it, until fewer than
+ * max_keys keys are live or track is down to threshold. */
+static void reuse_lower_track(ReuseCore *self)
+{
+    while (self->live >= self->max_keys && self->track > self->threshold) {
+        uint64_t half = self->track / 2;
+        if (half <= self->threshold) {
+            self->track = self->threshold;
+            self->track_weight = self->weight;
+            self->count_weight = 1.0;
+        } else {
+            self->track = half;
+            self->track_weight = (double)(REUSE_LOW_BITS + 1) / (double)half;
+            self->count_weight = self->track_weight / self->weight;
+        }
+        for (Py_ssize_t s = 0; s < self->clock; s++) {
+            uint64_t key = self->slot_key[s];
+            if (!slot_live(self, s) || (key & REUSE_LOW_BITS) < self->track)
+                continue;
+            self->live_bits[s >> 6] &= ~(1ULL << (s & 63)); /* the tree: rebuilt below */
+            ktab_delete(&self->tbl, ktab_find(&self->tbl, key));
+            self->live--;
+        }
+        reuse_compact(self);
+    }
+}
+
+/* One tracked reference, the `when`-th reference the core has seen (tracked or not). */
 static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t when)
 {
+    if ((bits & REUSE_LOW_BITS) >= self->track) /* dropped earlier in this call */
+        return 0;
     Py_ssize_t pos = ktab_find(&self->tbl, bits);
     if (self->tbl.val[pos] < 0 && self->live >= self->max_live
             && self->max_live < self->max_keys) {
         Py_ssize_t grown = 2 * self->max_live;
         if (reuse_resize(self, grown < self->max_keys ? grown : self->max_keys) < 0)
             return -1;
+        pos = ktab_find(&self->tbl, bits);
+    }
+    if (self->tbl.val[pos] < 0 && self->live >= self->max_keys
+            && self->track > self->threshold) {
+        reuse_lower_track(self);
+        if ((bits & REUSE_LOW_BITS) >= self->track)
+            return 0;
         pos = ktab_find(&self->tbl, bits);
     }
     if (self->clock == self->slots) {
@@ -649,18 +695,18 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t whe
         self->live++;
     } else {
         Py_ssize_t previous = self->tbl.val[pos];
-        double gap = (double)(now - previous) * self->weight;
+        double gap = (double)(now - previous) * self->track_weight;
         if (gap <= self->bounds[0]) {
             distance = gap;
         } else {
             if (self->sampling)
                 __builtin_prefetch(&self->slot_when[previous]);
             long long older = tree_prefix(self, previous + 1);
-            distance = (double)(self->live - older + 1) * self->weight;
+            distance = (double)(self->live - older + 1) * self->track_weight;
             /* No more distinct blocks than references since: a bound the scaled sample
              * can overshoot (a loop of exactly a bucket bound's length lands on it).
-             * Unsampled (rate 1), the distance is exact and never above it. */
-            if (self->sampling) {
+             * Every key tracked, the distance is exact and never above it. */
+            if (self->track_weight > 1.0) {
                 double elapsed = (double)(when - self->slot_when[previous]);
                 if (elapsed < distance)
                     distance = elapsed;
@@ -675,7 +721,7 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t whe
     tree_add(self, now, 1);
     if (!counted)
         return 0;
-    self->sampled++;
+    self->sampled += self->count_weight;
     Py_ssize_t b = self->n_bounds;
     if (distance >= 0) {
         Py_ssize_t lo = 0, hi = self->n_bounds; /* bisect_left */
@@ -688,7 +734,7 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t whe
         }
         b = lo;
     }
-    self->counts[b]++;
+    self->counts[b] += self->count_weight;
     return 0;
 }
 
@@ -735,7 +781,7 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
         Py_DECREF(key);
         if (failed)
             goto fail;
-        if ((bits & REUSE_LOW_BITS) < self->threshold) {
+        if ((bits & REUSE_LOW_BITS) < self->track) {
             Py_ssize_t row = ktab_home(&self->tbl, bits);
             __builtin_prefetch(&self->tbl.key[row]);
             __builtin_prefetch(&self->tbl.val[row]);
@@ -809,7 +855,7 @@ static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
     if (out == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i <= self->n_bounds; i++) {
-        PyObject *v = PyLong_FromLongLong(self->counts[i]);
+        PyObject *v = PyFloat_FromDouble(self->counts[i]);
         if (v == NULL) {
             Py_DECREF(out);
             return NULL;
@@ -821,7 +867,7 @@ static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
 
 static PyObject *reuse_stats(ReuseCore *self, PyObject *unused)
 {
-    return Py_BuildValue("(LLLn)", self->total, self->sampled, self->forgotten, self->live);
+    return Py_BuildValue("(LdLn)", self->total, self->sampled, self->forgotten, self->live);
 }
 
 static void reuse_free_arrays(ReuseCore *self)
@@ -842,11 +888,17 @@ static void reuse_dealloc(ReuseCore *self)
 static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
 {
     Py_ssize_t max_keys;
-    unsigned long long threshold;
+    unsigned long long threshold, track = 0;
     double weight;
     PyObject *bounds;
-    if (!PyArg_ParseTuple(args, "nKdO", &max_keys, &threshold, &weight, &bounds))
+    if (!PyArg_ParseTuple(args, "nKdO|K", &max_keys, &threshold, &weight, &bounds, &track))
         return -1;
+    if (track == 0)
+        track = threshold;
+    if (track < threshold || track > REUSE_LOW_BITS + 1) {
+        PyErr_SetString(PyExc_ValueError, "track must be in [threshold, 2**24]");
+        return -1;
+    }
     if (max_keys <= 0 || max_keys > (1 << 28)) {
         PyErr_SetString(PyExc_ValueError, "max_keys must be in [1, 2**28]");
         return -1;
@@ -864,11 +916,15 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     self->max_keys = max_keys;
     self->threshold = threshold;
     self->weight = weight;
+    self->track = track;
+    self->track_weight = track == threshold ? weight
+                                            : (double)(REUSE_LOW_BITS + 1) / (double)track;
+    self->count_weight = track == threshold ? 1.0 : self->track_weight / weight;
     self->sampling = weight > 1.0;
     self->n_bounds = nb;
     self->live = self->clock = 0;
     self->bounds = PyMem_Malloc(sizeof(double) * (size_t)nb);
-    self->counts = PyMem_Calloc((size_t)nb + 1, sizeof(long long));
+    self->counts = PyMem_Calloc((size_t)nb + 1, sizeof(double));
     if (!self->bounds || !self->counts
             || reuse_resize(self, max_keys < REUSE_INITIAL_LIVE ? max_keys
                                                                 : REUSE_INITIAL_LIVE) < 0) {
@@ -888,7 +944,8 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     }
     Py_DECREF(fast);
     self->live = self->clock = 0;
-    self->sampled = self->total = self->forgotten = self->refs = 0;
+    self->sampled = 0.0;
+    self->total = self->forgotten = self->refs = 0;
     /* Check the tuple-hash replica against the interpreter once; else build tuples. */
     self->tuple_hash_ok = check_tuple_hash();
     return self->tuple_hash_ok < 0 ? -1 : 0;
@@ -1036,6 +1093,12 @@ static PyObject *walk_slots(PyObject *unused, PyObject *args)
     return Py_BuildValue("(nnn)", hashed_used + cached, used + hashed_used, cached);
 }
 
+static PyMemberDef reuse_members[] = {
+    {"track", T_ULONGLONG, offsetof(ReuseCore, track), READONLY,
+     "The tracking threshold now (threshold <= track <= 2**24)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyMethodDef reuse_methods[] = {
     {"reference", (PyCFunction)reuse_reference, METH_VARARGS,
      "reference(keys, counted=True): sample and profile block keys."},
@@ -1043,9 +1106,10 @@ static PyMethodDef reuse_methods[] = {
      METH_FASTCALL, "written_then_reference(written, keys): written blocks (the list is "
      "emptied), then a lookup's keys."},
     {"counts", (PyCFunction)reuse_counts, METH_NOARGS,
-     "Sampled counted references per bucket (the last: beyond every bound, cold)."},
+     "Counted references per bucket, in samples at threshold (the last: beyond every "
+     "bound, cold)."},
     {"stats", (PyCFunction)reuse_stats, METH_NOARGS,
-     "(total references, sampled references, forgotten keys, live keys)."},
+     "(total references, counted references in samples, forgotten keys, live keys)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1059,6 +1123,7 @@ static PyTypeObject ReuseCoreType = {
     .tp_init = (initproc)reuse_init,
     .tp_dealloc = (destructor)reuse_dealloc,
     .tp_methods = reuse_methods,
+    .tp_members = reuse_members,
 };
 
 /* ---- KeyLru: bounded per-key state in recency order (the thrash and residency cores) ----

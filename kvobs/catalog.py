@@ -274,15 +274,19 @@ METRICS: tuple[MetricSpec, ...] = (
         "kvobs_reuse_sampled_references_total",
         "{reference}",
         ("le",),
-        "Spatially sampled block references whose LRU reuse distance is at most le blocks "
-        '(cumulative; le="+Inf" counts every sampled reference, cold ones included). '
+        "Block references whose LRU reuse distance is at most le blocks, in samples at "
+        "kvobs_reuse_sample_rate: a reference counts the rate over the share of blocks "
+        "tracked then (fractions of a sample while every block is tracked and distances "
+        'are exact) (cumulative; le="+Inf" counts every reference, cold ones included). '
         "The kvobs:reuse_hit_ratio rules turn it into the predicted hit ratio per size.",
     ),
     _g(
         "kvobs_reuse_sample_rate",
         "1",
         (),
-        "Fraction of blocks the reuse-distance profile samples.",
+        "The reuse-distance profile's sampling rate: the unit of "
+        "kvobs_reuse_sampled_references_total, and the share of blocks it tracks once the "
+        "blocks in use outgrow its memory bound (it tracks every block until then).",
     ),
     _g(
         "kvobs_reuse_capacity_blocks",

@@ -21,22 +21,26 @@ blocks. Two kinds of events move a block to the top of that stack:
 Prompt blocks computed at prefill are the lookup's own misses, and an offload landing
 copies a block the profile already holds: neither adds a block to the stack.
 
-Computing it exactly needs memory for every distinct block. :class:`ReuseProfile`
-follows SHARDS (Waldspurger et al., FAST'15): a block is tracked only if a hash of its
-key falls under a threshold (rate ``R``, spatial sampling: all references of a sampled
-block are kept, none of the others), distances between sampled blocks are scaled by
-``1/R`` and capped by the references (every key, sampled or not) since the block's last
-use, as no more distinct blocks can lie between (so a loop of exactly a bucket bound's
-length lands on its side of the bound), and each sampled reference counts for ``1/R``
-references. Memory is bounded by
-``max_keys`` tracked blocks whatever the number of distinct keys: the rate is the largest
-power of two (at most 1: exact tracking) whose ``max_keys / R`` covers the largest
-distance of interest (the horizon, 16x the configured capacity), and when more blocks than
-``max_keys`` are live the least recently used one is forgotten (:attr:`forgotten`; with the
-default rate its next reference is beyond the horizon: a miss at every size of interest,
-as it would be anyway). The rate depends only on the capacity, so engines of one size
-share it and their counters add up. Per reference the hot path pays one hash and compare;
-a sampled one an order-statistics query on a Fenwick tree: ~0.1-0.3 us in the C core
+Computing it exactly needs memory for every distinct block, and :class:`ReuseProfile`
+does so while the blocks in use fit in ``max_keys`` (131,072 by default). Beyond that it
+follows SHARDS (Waldspurger et al., FAST'15) with a fixed memory bound: a block is tracked
+only if a hash of its key falls under a threshold (spatial sampling: all references of a
+tracked block are kept, none of the others), distances between tracked blocks are scaled
+by the inverse of the tracked share and capped by the references (every key, tracked or
+not) since the block's last use, as no more distinct blocks can lie between (so a loop of
+exactly a bucket bound's length lands on its side of the bound), and each tracked
+reference counts for as many references as the share stands for. The tracked share starts
+at 1 (every block: exact distances) and is halved, dropping the blocks above the new
+threshold, each time ``max_keys`` blocks are tracked and another arrives, down to the
+*rate* ``R``: the largest power of two (at most 1) whose ``max_keys / R`` covers the
+largest distance of interest (the horizon, 16x the configured capacity). At ``R``, when
+more blocks than ``max_keys`` are live the least recently used one is forgotten
+(:attr:`forgotten`; its next reference is beyond the horizon: a miss at every size of
+interest, as it would be anyway). Counts are kept in samples at ``R`` whatever the
+tracked share (a tracked reference at share ``S`` adds ``R / S``), so the exported
+counters have one unit: the rate depends only on the capacity, engines of one size share
+it and their counters add up. Per reference the hot path pays one hash and compare; a
+tracked one an order-statistics query on a Fenwick tree: ~0.1-0.3 us in the C core
 (``kvobs.kernels._native.ReuseCore``), a few microseconds in the pure-Python fallback
 used where the extension was not built (both give the same counts on the same input).
 
@@ -113,17 +117,22 @@ class _Fenwick:
 
 
 class ReuseProfile:
-    """A sampled reuse-distance profile of block references, with a fixed memory bound.
+    """A reuse-distance profile of block references with a fixed memory bound: exact while
+    the blocks in use fit in ``max_keys``, sampled beyond.
 
     Args:
         capacity_blocks: the configured cache size (GPU + host) in lookup blocks; the
             exported buckets are :data:`BUCKET_FACTORS` times it.
-        rate: sampling rate in (0, 1]; default :func:`default_rate`.
-        max_keys: most sampled blocks tracked at once.
-        keep_samples: also keep every sampled distance (offline what-if: any size
+        rate: the lowest tracked share, and the unit of the counts, in (0, 1]; default
+            :func:`default_rate`.
+        max_keys: most blocks tracked at once.
+        keep_samples: also keep every counted distance (offline what-if: any size
             can then be read exactly instead of at bucket bounds). Pure Python.
         native: use the C core (default: where it was built and ``keep_samples`` is
             off); ``False`` forces the pure-Python path.
+        adaptive: track every block at first, and halve the tracked share down to
+            ``rate`` only as ``max_keys`` fills (exact while the blocks in use fit);
+            ``False`` tracks the blocks sampled at ``rate`` alone (plain SHARDS).
 
     Raises:
         ConfigError: a non-positive capacity, rate outside (0, 1] or ``max_keys``.
@@ -131,7 +140,7 @@ class ReuseProfile:
 
     def __init__(self, capacity_blocks: int, rate: float | None = None,
                  max_keys: int = DEFAULT_MAX_KEYS, keep_samples: bool = False,
-                 native: bool | None = None) -> None:
+                 native: bool | None = None, adaptive: bool = True) -> None:
         if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) \
                 or capacity_blocks <= 0:
             raise ConfigError(f"reuse profile: capacity_blocks must be a positive integer, "
@@ -146,14 +155,23 @@ class ReuseProfile:
         self.max_keys = max_keys
         self.bounds: tuple[int, ...] = tuple(sorted(
             {max(1, round(f * capacity_blocks)) for f in BUCKET_FACTORS}))
-        self._threshold = max(1, round(rate * _SPACE))
+        self._threshold = max(1, round(rate * _SPACE))  # counted: hash bits below it
         self._weight = 1.0 / rate
+        # tracked (recency kept, distances measured among them): from every block, halved
+        # down to the counted ones as max_keys fills
+        self._track = _SPACE if adaptive else self._threshold
+        self._track_weight = 1.0 if adaptive and self._threshold < _SPACE else self._weight
+        # what a counted reference adds to the counts, in samples at the rate (the
+        # exported unit): 1 at the rate, 1/16 at rate 1/16 while every block is tracked
+        self._count_weight = self._track_weight / self._weight \
+            if self._track != self._threshold else 1.0
         self._lock = threading.Lock()
         self.samples: list[float] | None = [] if keep_samples else None
+        self._sample_weights: list[float] = []  # with keep_samples: each one's weight
         use_native = _native is not None and not keep_samples if native is None \
             else bool(native) and _native is not None and not keep_samples
         self._core = _native.ReuseCore(max_keys, self._threshold, self._weight,
-                                       self.bounds) if use_native else None
+                                       self.bounds, self._track) if use_native else None
         #: ``record(keys, counted)``: :meth:`reference` (counted) or :meth:`write` in one
         #: call, the C core's own method where it runs (no Python frame per lookup).
         self.record: Callable[[Sequence[Hashable], bool], None] = \
@@ -164,15 +182,16 @@ class ReuseProfile:
             self._core.written_then_reference if self._core is not None \
             else self._written_then_reference
         # the pure-Python state (unused with the C core)
-        self._counts = [0] * (len(self.bounds) + 1)  # sampled references per bucket; last: +Inf
-        self._last: OrderedDict[int, int] = OrderedDict()  # sampled key -> latest slot
-        self._when: dict[int, int] = {}  # sampled key -> its latest reference's number
-        self._refs = 0          # references seen, sampled or not, counted or not
+        # counted references per bucket (last: +Inf), in samples at the rate
+        self._counts = [0.0] * (len(self.bounds) + 1)
+        self._last: OrderedDict[int, int] = OrderedDict()  # tracked key -> latest slot
+        self._when: dict[int, int] = {}  # tracked key -> its latest reference's number
+        self._refs = 0          # references seen, tracked or not, counted or not
         self._slots = 4 * max_keys
         self._tree = _Fenwick(self._slots if self._core is None else 0)
         self._clock = 0
-        self._sampled = 0       # sampled (counted) references
-        self._total = 0         # all counted references, sampled or not
+        self._sampled = 0.0     # counted references, in samples at the rate
+        self._total = 0         # all counted references, tracked or not
         self._forgotten = 0     # tracked blocks dropped by the max_keys bound
 
     @property
@@ -180,13 +199,21 @@ class ReuseProfile:
         """Whether the C core runs this profile."""
         return self._core is not None
 
+    @property
+    def tracking_rate(self) -> float:
+        """The share of blocks tracked now: 1 (every block: exact distances) down to
+        :attr:`rate` as ``max_keys`` fills (adaptive), or :attr:`rate` throughout."""
+        track = self._core.track if self._core is not None else self._track
+        return 1.0 if track >= _SPACE else track / _SPACE
+
     def reference(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` (one request's prompt, in order) were looked up: counted.
 
-        Sampling reads the low bits of ``hash((key,))``: the tuple hash mixes the key's
-        own hash (cached by bytes keys, the value itself for ints), so consecutive ints
-        sample as evenly as digests. Which blocks are sampled varies with
-        ``PYTHONHASHSEED``; the estimate does not depend on it.
+        Sampling (once the blocks in use outgrow ``max_keys``) reads the low bits of
+        ``hash((key,))``: the tuple hash mixes the key's own hash (cached by bytes keys,
+        the value itself for ints), so consecutive ints sample as evenly as digests.
+        Which blocks are sampled varies with ``PYTHONHASHSEED``; the estimate does not
+        depend on it.
         """
         self.record(keys, True)
 
@@ -220,7 +247,7 @@ class ReuseProfile:
         # key's __hash__ may change the list), so both give the same reference numbers.
         if not isinstance(keys, (list, tuple)):
             keys = list(keys)
-        threshold, read = self._threshold, 0
+        threshold, read = self._track, 0
         picked = []
         for read, key in enumerate(islice(keys, len(keys)), 1):
             if (bits := hash((key,))) & _LOW_BITS < threshold:
@@ -232,15 +259,23 @@ class ReuseProfile:
                 self._sample(bits, counted, first + i)
 
     def _sample(self, bits: int, counted: bool, when: int) -> None:
-        # The Fenwick operations are inlined: this runs once per sampled reference.
+        # The Fenwick operations are inlined: this runs once per tracked reference.
+        if bits & _LOW_BITS >= self._track:  # dropped earlier in this call
+            return
+        last = self._last
+        if bits not in last and len(last) >= self.max_keys and self._track > self._threshold:
+            self._lower_track()
+            if bits & _LOW_BITS >= self._track:
+                return
         if self._clock == self._slots:
             self._compact()
-        last, tree = self._last, self._tree.tree
+        tree = self._tree.tree
         size = len(tree)
         now = self._clock
         self._clock = now + 1
         previous = last.get(bits)
         distance: float | None = None
+        weight = self._track_weight
         if previous is None:
             if len(last) >= self.max_keys:
                 oldest, i = last.popitem(last=False)
@@ -253,7 +288,7 @@ class ReuseProfile:
         else:
             # Sampled references since the previous one bound the distinct blocks since:
             # a short gap lands in the first bucket without counting them.
-            gap = (now - previous) * self._weight
+            gap = (now - previous) * weight
             if gap <= self.bounds[0] and self.samples is None:
                 distance = gap
             else:
@@ -261,10 +296,10 @@ class ReuseProfile:
                 while i > 0:
                     older += tree[i]
                     i -= i & -i
-                distance = (len(last) - older + 1) * self._weight  # distinct since, + itself
-                if self._weight > 1:  # no more distinct blocks than references since:
-                    # a bound the scaled sample can overshoot (a loop of exactly a bucket
-                    # bound's length); unsampled, the distance is exact and never above it
+                distance = (len(last) - older + 1) * weight  # distinct since, + itself
+                if weight > 1:  # no more distinct blocks than references since: a
+                    # bound the scaled sample can overshoot (a loop of exactly a bucket
+                    # bound's length); every block tracked, the distance is exact
                     distance = min(distance, when - self._when[bits])
             i = previous + 1
             while i < size:
@@ -280,13 +315,30 @@ class ReuseProfile:
             i += i & -i
         if not counted:
             return
-        self._sampled += 1
+        self._sampled += self._count_weight
         if distance is None:
-            self._counts[-1] += 1
+            self._counts[-1] += self._count_weight
         else:
-            self._counts[bisect_left(self.bounds, distance)] += 1
+            self._counts[bisect_left(self.bounds, distance)] += self._count_weight
         if self.samples is not None:
             self.samples.append(float("inf") if distance is None else distance)
+            self._sample_weights.append(self._count_weight)
+
+    def _lower_track(self) -> None:
+        """Halve the tracked share (not below the rate) and drop the blocks above it, until
+        fewer than ``max_keys`` are tracked or it is down to the rate."""
+        while len(self._last) >= self.max_keys and self._track > self._threshold:
+            half = self._track // 2
+            if half <= self._threshold:
+                self._track, self._track_weight = self._threshold, self._weight
+                self._count_weight = 1.0
+            else:
+                self._track, self._track_weight = half, _SPACE / half
+                self._count_weight = self._track_weight / self._weight
+            for bits in [b for b in self._last if b & _LOW_BITS >= self._track]:
+                del self._last[bits]
+                self._when.pop(bits, None)
+            self._compact()
 
     def _compact(self) -> None:
         """Renumber live slots 0..n-1 in recency order (the tree is full of dead slots);
@@ -307,7 +359,7 @@ class ReuseProfile:
         self._tree.tree = tree
         self._clock = live
 
-    def _stats(self) -> tuple[int, int, int, int]:
+    def _stats(self) -> tuple[int, float, int, int]:
         """``(total, sampled, forgotten, tracked)``."""
         if self._core is not None:
             return self._core.stats()  # type: ignore[no-any-return]
@@ -315,37 +367,43 @@ class ReuseProfile:
 
     @property
     def total(self) -> int:
-        """Counted (lookup) references, sampled or not."""
+        """Counted (lookup) references, tracked or not."""
         return self._stats()[0]
 
     @property
-    def sampled(self) -> int:
-        """Sampled counted references."""
+    def sampled(self) -> float:
+        """Counted references, in samples at :attr:`rate`: each weighs ``rate`` over the
+        tracking rate then (1 at the rate; 1/16 at rate 1/16 while every block is
+        tracked), so that ``sampled`` estimates ``total * rate`` at any tracking rate."""
         return self._stats()[1]
 
     @property
     def forgotten(self) -> int:
-        """Sampled blocks dropped by the ``max_keys`` bound (least recently used first)."""
+        """Tracked blocks dropped by the ``max_keys`` bound at :attr:`rate` (least
+        recently used first; blocks dropped as the tracked share halves are not counted:
+        the blocks sampled at the rate are all kept then)."""
         return self._stats()[2]
 
     @property
     def tracked(self) -> int:
-        """Sampled blocks tracked now (at most ``max_keys``)."""
+        """Blocks tracked now (at most ``max_keys``)."""
         return self._stats()[3]
 
     @property
     def references(self) -> int:
-        """References looked up (every one, sampled or not)."""
+        """References looked up (every one, tracked or not)."""
         return self.total
 
-    def counts(self) -> list[int]:
-        """Sampled counted references per bucket (the last: beyond every bound, or cold)."""
+    def counts(self) -> list[float]:
+        """Counted references per bucket, in samples at :attr:`rate` (see
+        :attr:`sampled`; the last: beyond every bound, or cold)."""
         return self._core.counts() if self._core is not None else list(self._counts)
 
-    def cumulative(self) -> list[tuple[float, int]]:
-        """``(bound in blocks, sampled references with distance <= bound)``, ending with
-        ``(inf, every sampled reference)``: cold references are only there."""
-        running, rows = 0, []
+    def cumulative(self) -> list[tuple[float, float]]:
+        """``(bound in blocks, counted references with distance <= bound)`` in samples at
+        :attr:`rate`, ending with ``(inf, every counted reference)``: cold references are
+        only there."""
+        running, rows = 0.0, []
         for bound, count in zip((*self.bounds, float("inf")), self.counts(), strict=True):
             running += count
             rows.append((float(bound), running))
@@ -355,16 +413,18 @@ class ReuseProfile:
         """Predicted LRU hit ratio of block references for a cache of ``size_blocks``.
 
         SHARDS-adj: the sample holds ``sampled`` references where ``total * rate`` were
-        expected; the difference comes mostly from a few hot blocks, whose distances are
-        the shortest, so it is credited to the shortest distances. Exact at any size with
-        ``keep_samples``; otherwise exact at the bucket bounds and interpolated linearly
-        between them (from 0 below the first; the last bound's value beyond it).
+        expected (the same while every block is tracked); the difference comes mostly
+        from a few hot blocks, whose distances are the shortest, so it is credited to the
+        shortest distances. Exact at any size with ``keep_samples`` (and every block
+        tracked); otherwise exact at the bucket bounds and interpolated linearly between
+        them (from 0 below the first; the last bound's value beyond it).
         """
         total, sampled, _, _ = self._stats()
         if not sampled or total * self.rate <= 0:
             return 0.0
         if self.samples is not None:
-            hits = sum(1 for d in self.samples if d <= size_blocks)
+            hits = sum(w for d, w in zip(self.samples, self._sample_weights, strict=True)
+                       if d <= size_blocks)
             return adjusted_hit_ratio(hits, sampled, total, self.rate)
         points = [(bound, adjusted_hit_ratio(hits, sampled, total, self.rate))
                   for bound, hits in self.cumulative()[:-1]]

@@ -113,13 +113,14 @@ class BenefitSnapshot:
 
 @dataclass(frozen=True)
 class ReuseSnapshot:
-    """The reuse-distance profile: sampled references per distance bound (cumulative)."""
+    """The reuse-distance profile: counted references per distance bound (cumulative), in
+    samples at ``rate`` (see :attr:`kvobs.reuse.ReuseProfile.sampled`)."""
 
     capacity_blocks: int
     rate: float
     references: int
-    cumulative: tuple[tuple[float, int], ...]  # (bound in blocks, sampled refs <= bound)
-    forgotten: int = 0  # sampled blocks dropped by the profile's memory bound
+    cumulative: tuple[tuple[float, float], ...]  # (bound in blocks, counted refs <= bound)
+    forgotten: int = 0  # tracked blocks dropped by the profile's memory bound
 
 
 @dataclass(frozen=True)

@@ -86,9 +86,9 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
     if snap.reuse is not None:
         reuse = snap.reuse
         add("kvobs_reuse_references_total", {}, reuse.references)
-        for bound, count in reuse.cumulative:
+        for bound, counted in reuse.cumulative:
             le = "+Inf" if bound == float("inf") else str(int(bound))
-            add("kvobs_reuse_sampled_references_total", {"le": le}, count)
+            add("kvobs_reuse_sampled_references_total", {"le": le}, counted)
         add("kvobs_reuse_sample_rate", {}, reuse.rate)
         add("kvobs_reuse_capacity_blocks", {}, reuse.capacity_blocks)
         add("kvobs_reuse_forgotten_blocks_total", {}, reuse.forgotten)

@@ -1,4 +1,5 @@
-"""The sampled reuse-distance profile against an exact LRU simulation."""
+"""The reuse-distance profile against an exact LRU simulation: exact while the blocks in
+use fit in its memory bound, sampled (SHARDS) beyond it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import pytest
 
 from kvobs.errors import ConfigError
 from kvobs.reuse import ReuseProfile, default_rate
-from tests.lru_oracle import chat_prefixes, exact_lru_hit_ratio, loop, scan_with_hot_set, zipf
+from tests.lru_oracle import (
+    chat_prefixes,
+    exact_lru_hit_ratio,
+    loop,
+    loop_with_hot_set,
+    scan_with_hot_set,
+    zipf,
+)
 
 CAPACITY = 24_000  # blocks; the default rate for it is 1/4 (sampled; no bound at the loop)
 
@@ -31,14 +39,73 @@ WORKLOADS = {
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
-def test_default_profile_is_within_0_02_of_exact_lru_at_every_bucket(name):
+def test_default_profile_is_exact_while_the_blocks_in_use_fit(name):
+    """At a capacity whose rate is 1/4 the profile still tracks every block while they fit
+    in max_keys: each reference counts a quarter of a sample, and every bound is exact."""
     references = WORKLOADS[name]()
-    assert len(references) >= 100_000
     profile = profile_of(references)
     assert profile.rate == default_rate(CAPACITY) == 1 / 4
+    assert profile.tracking_rate == 1.0 and profile.forgotten == 0
+    assert profile.sampled == len(references) * profile.rate
+    for size in profile.bounds:
+        assert profile.hit_ratio(size) == pytest.approx(
+            exact_lru_hit_ratio(references, size), abs=1e-12), (name, size)
+
+
+@pytest.mark.parametrize("adaptive", [True, False], ids=["tracked-share-halved", "plain"])
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_a_sampled_profile_is_within_0_02_of_exact_lru_at_every_bucket(name, adaptive):
+    """Sampled: plain SHARDS at the rate throughout, or a memory bound the blocks in use
+    outgrow (16,384 keys: the rate is 1/32 and the tracked share halves to 1/2 or 1/4)."""
+    references = WORKLOADS[name]()
+    assert len(references) >= 100_000
+    settings = {"max_keys": 16_384} if adaptive else {"adaptive": False}
+    profile = profile_of(references, **settings)
+    distinct = len(set(references))
+    assert profile.tracking_rate == (1.0 if adaptive and distinct < 16_384 else
+                                     0.5 if adaptive and distinct < 32_768 else
+                                     0.25 if adaptive else profile.rate), distinct
     for size in profile.bounds:
         exact = exact_lru_hit_ratio(references, size)
         assert profile.hit_ratio(size) == pytest.approx(exact, abs=0.02), (name, size)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_loop_with_a_hot_set_at_a_bound_is_exact_for_every_salt(native):
+    """4,960 loop blocks and a hot set of 40: 5,000 distinct blocks between a loop block's
+    uses, exactly a bucket bound, so LRU of that size hits every loop reuse and the bound
+    below none. Sampled at the rate (1/2), a salt's sample puts every such distance on one
+    side of the bound (0.62 off for some salts); tracked whole while it fits, it is exact."""
+    capacity = 10_000
+    assert default_rate(capacity) == 0.5 and 5000 in ReuseProfile(capacity).bounds
+    references = loop_with_hot_set(60_000, 4960, 40, seed=7)
+    exact = {size: exact_lru_hit_ratio(references, size) for size in (2500, 5000)}
+    assert exact[5000] - exact[2500] > 0.5
+    for salt in range(6):
+        profile = profile_of([(salt, key) for key in references], capacity=capacity,
+                             native=native)
+        for size, ratio in exact.items():
+            assert profile.hit_ratio(size) == pytest.approx(ratio, abs=1e-12), (salt, size)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_tracked_share_halves_down_to_the_rate_as_max_keys_fills(native):
+    """Distinct blocks past max_keys halve the tracked share (the blocks above the new
+    threshold are dropped, none forgotten) down to the rate; only then are the least
+    recently used blocks forgotten. Counts stay in samples at the rate throughout."""
+    profile = ReuseProfile(64, rate=1 / 8, max_keys=512, native=native)
+    shares, sampled = [], 0.0
+    for start in range(0, 40_000, 100):
+        profile.reference(range(start, start + 100))
+        assert profile.tracked <= 512 and profile.sampled >= sampled
+        sampled = profile.sampled
+        shares.append(profile.tracking_rate)
+        if profile.tracking_rate > profile.rate:
+            assert profile.forgotten == 0
+    assert shares == sorted(shares, reverse=True) and set(shares) == {1.0, 0.5, 0.25, 0.125}
+    assert profile.forgotten > 0 and profile.counts()[:-1] == [0.0] * len(profile.bounds)
+    # every reference cold: the counted total estimates 40,000 references at rate 1/8
+    assert profile.sampled == pytest.approx(40_000 / 8, rel=0.1)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -47,7 +114,8 @@ def test_a_loop_of_exactly_a_bucket_bound_is_exact_at_a_sampled_rate(loop_blocks
     """A cyclic scan whose length is a bucket bound: LRU of that size hits every reuse,
     one block smaller none. The sampled estimate of a distance that equals the bound lands
     on either side of it, whichever blocks are sampled; the references since the block's
-    previous use bound the distance, so the profile is exact there for every salt."""
+    previous use bound the distance, so the profile is exact there for every salt (plain
+    SHARDS at the rate: the default tracks every block of the loop)."""
     capacity = 10_000                          # rate 1/2; bounds include 2,500 and 5,000
     assert default_rate(capacity) == 0.5 and loop_blocks in ReuseProfile(capacity).bounds
     references = loop(12 * loop_blocks, loop_blocks)
@@ -55,7 +123,7 @@ def test_a_loop_of_exactly_a_bucket_bound_is_exact_at_a_sampled_rate(loop_blocks
     assert exact == pytest.approx(11 / 12)
     for salt in range(6):
         salted = [(salt, key) for key in references]
-        profile = profile_of(salted, capacity=capacity, native=native)
+        profile = profile_of(salted, capacity=capacity, native=native, adaptive=False)
         assert profile.hit_ratio(loop_blocks) == pytest.approx(exact, abs=0.02), salt
 
 

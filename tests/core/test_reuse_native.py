@@ -31,22 +31,27 @@ def feed_both(a: ReuseProfile, b: ReuseProfile, references: list, seed: int) -> 
             b.reference(chunk)
 
 
-@pytest.mark.parametrize(("capacity", "rate", "max_keys"), [
-    (2000, None, 1 << 17),   # the default: exact (the C arrays grow 4096 -> 16384 keys)
-    (3000, 1.0, 10_000),     # grown to a max_keys that is no power of two, then forgetting
-    (8, 1.0, 64),            # hundreds of compactions and forgotten keys
-    (100, 0.25, 512),        # sampled, bounded
-    (50_000, None, 4096),    # a low rate
+@pytest.mark.parametrize(("capacity", "rate", "max_keys", "adaptive"), [
+    (2000, None, 1 << 17, True),   # the default: exact (the C arrays grow 4096 -> 16384)
+    (3000, 1.0, 10_000, True),     # grown to a max_keys that is no power of two, forgetting
+    (8, 1.0, 64, True),            # hundreds of compactions and forgotten keys
+    (100, 0.25, 512, True),        # the tracked share halved to the rate, then forgetting
+    (100, 0.3, 512, True),         # ... to a rate that is no power of two
+    (100, 0.25, 512, False),       # plain SHARDS, bounded
+    (50_000, None, 4096, True),    # a low rate
+    (50_000, None, 4096, False),
 ])
-def test_c_core_and_python_agree_on_every_counter(capacity, rate, max_keys) -> None:
+def test_c_core_and_python_agree_on_every_counter(capacity, rate, max_keys, adaptive) -> None:
     references = zipf(60_000, 12_000, 0.9, seed=capacity)
-    fast = ReuseProfile(capacity, rate=rate, max_keys=max_keys)
-    slow = ReuseProfile(capacity, rate=rate, max_keys=max_keys, native=False)
+    fast = ReuseProfile(capacity, rate=rate, max_keys=max_keys, adaptive=adaptive)
+    slow = ReuseProfile(capacity, rate=rate, max_keys=max_keys, native=False,
+                        adaptive=adaptive)
     assert fast.native and not slow.native
     feed_both(fast, slow, references, seed=1)
     assert fast._stats() == slow._stats()
     assert fast.counts() == slow.counts()
     assert fast.cumulative() == slow.cumulative()
+    assert fast.tracking_rate == slow.tracking_rate
     assert fast.sampled > 0
 
 
