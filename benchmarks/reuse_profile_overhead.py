@@ -12,8 +12,16 @@ then only the share inside the profile is a figure. Block copies are real (kvobs
 on CPU), as in ``kvobs demo``. The profile runs in the C core where it was built
 (``kvobs.kernels._native``), else in pure Python.
 
-    python benchmarks/reuse_profile_overhead.py            # table
-    python benchmarks/reuse_profile_overhead.py --json     # machine-readable
+``--per-key`` times the profile alone instead: a multi-turn chat stream (lookups and
+decode-written answers, ``tests/lru_oracle.py``) replayed into fresh profiles, the default
+(every block tracked while they fit, as an engine's profile is for its first ~131k
+distinct blocks) and plain SHARDS at the same rate (``adaptive=False``: the sampled blocks
+alone), rounds alternating between them: nanoseconds per key and their ratio, per
+capacity.
+
+    python -m benchmarks.reuse_profile_overhead            # table
+    python -m benchmarks.reuse_profile_overhead --json     # machine-readable
+    python -m benchmarks.reuse_profile_overhead --per-key
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from kvobs.pool import ServingLoop, TieredKVPool
 from kvobs.pool.workload import ChatWorkload, WorkloadConfig
 from kvobs.presets import preset_layout
 from kvobs.recorder import Recorder
+from kvobs.reuse import ReuseProfile
 
 
 def _loop(profile: bool, gpu_blocks: int, host_blocks: int, seed: int) -> ServingLoop:
@@ -89,6 +98,34 @@ def measure(chunks: int, ticks: int, gpu_blocks: int, host_blocks: int,
     }
 
 
+def per_key(capacities: list[int], rounds: int, requests: int) -> list[dict[str, float]]:
+    """Median nanoseconds per key of the default profile and of plain SHARDS at its rate."""
+    from tests.lru_oracle import chat_with_answers  # the accuracy traces' generator
+
+    stream = [(keys, counted) for prompt, answer in chat_with_answers(requests, seed=1)
+              for keys, counted in ((prompt, True), (answer, False))]
+    keys = sum(len(k) for k, _ in stream)
+    rows = []
+    for capacity in capacities:
+        times: dict[bool, list[float]] = {True: [], False: []}
+        shares = {}
+        for r in range(rounds):
+            for adaptive in ((True, False) if r % 2 == 0 else (False, True)):
+                profile = ReuseProfile(capacity, adaptive=adaptive)
+                record = profile.record
+                start = time.thread_time_ns()
+                for batch, counted in stream:
+                    record(batch, counted)
+                times[adaptive].append((time.thread_time_ns() - start) / keys)
+                shares[adaptive] = profile.tracking_rate
+        tracked, plain = statistics.median(times[True]), statistics.median(times[False])
+        rows.append({"capacity": capacity, "rate": ReuseProfile(capacity).rate, "keys": keys,
+                     "ns_per_key_tracked": tracked, "ns_per_key_plain": plain,
+                     "ratio": tracked / plain, "tracking_rate": shares[True],
+                     "native": ReuseProfile(capacity).native})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=40, help="alternating chunks per pool")
@@ -101,7 +138,27 @@ def main() -> None:
                         help="profile both pools: the ratio is then the bias between the two "
                         "pool instances alone (noise gauge)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--per-key", action="store_true",
+                        help="time the profile alone: default vs plain SHARDS, per key")
+    parser.add_argument("--capacities", default="10000,100000",
+                        help="with --per-key: capacities in blocks, comma-separated")
+    parser.add_argument("--rounds", type=int, default=7, help="with --per-key: rounds")
+    parser.add_argument("--requests", type=int, default=40_000,
+                        help="with --per-key: chat requests in the stream")
     args = parser.parse_args()
+    if args.per_key:
+        rows = per_key([int(c) for c in args.capacities.split(",")], args.rounds,
+                       args.requests)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return
+        for row in rows:
+            print(f"capacity {row['capacity']:,} blocks (rate {row['rate']:g}), "
+                  f"{row['keys']:,} keys: every block tracked "
+                  f"{row['ns_per_key_tracked']:.0f} ns/key (share {row['tracking_rate']:g} "
+                  f"at the end), plain SHARDS {row['ns_per_key_plain']:.0f} ns/key -> "
+                  f"{row['ratio']:.2f}x ({'C core' if row['native'] else 'pure Python'})")
+        return
     torch.set_num_threads(1)
     result = measure(args.chunks, args.ticks, args.gpu_blocks, args.host_blocks, args.warmup,
                      args.wall, args.control)
