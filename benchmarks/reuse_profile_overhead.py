@@ -74,8 +74,8 @@ def measure(chunks: int, ticks: int, gpu_blocks: int, host_blocks: int,
         write(keys)
         inside[0] += clock() - start
 
-    profile.reference = timed_reference  # type: ignore[method-assign]
-    profile.write = timed_write  # type: ignore[method-assign]
+    profile.reference = timed_reference  # type: ignore[method-assign,assignment]
+    profile.write = timed_write  # type: ignore[method-assign,assignment]
     times: dict[str, list[float]] = {name: [] for name in loops}
     for chunk in range(chunks):
         order = list(loops.items()) if chunk % 2 == 0 else list(reversed(loops.items()))
