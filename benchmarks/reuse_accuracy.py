@@ -28,6 +28,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kvobs.reuse import DEFAULT_MAX_KEYS, ReuseProfile
 from tests.lru_oracle import (  # the tests' exact-LRU oracle
@@ -46,7 +47,7 @@ _MASK = (1 << 64) - 1
 ADVERSARIAL = "adversarial: "
 
 
-def _lookups(keys: list) -> list[Event]:
+def _lookups(keys: list[int]) -> list[Event]:
     return [(key, True) for key in keys]
 
 
@@ -84,7 +85,7 @@ def salted(events: list[Event], salt: int) -> list[Event]:
     if not salt:
         return events
     mix = (salt * 0x9E3779B97F4A7C15) & _MASK
-    return [(key ^ mix, counted) for key, counted in events]
+    return [(key ^ mix, counted) for key, counted in events]  # type: ignore[operator]
 
 
 def profile_of(events: list[Event], capacity: int, max_keys: int = DEFAULT_MAX_KEYS,
@@ -127,7 +128,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     capacities = [int(c) for c in args.capacities.split(",")]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, make in WORKLOADS.items():
         if args.only not in name:
             continue
