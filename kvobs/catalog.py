@@ -289,6 +289,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "blocks in use outgrow its memory bound (it tracks every block until then).",
     ),
     _g(
+        "kvobs_reuse_tracking_rate",
+        "1",
+        (),
+        "Share of blocks the reuse-distance profile tracks now: 1 while the blocks in use "
+        "fit in its memory bound (distances exact), halved down to kvobs_reuse_sample_rate "
+        "as they outgrow it.",
+    ),
+    _g(
         "kvobs_reuse_capacity_blocks",
         "{block}",
         (),

@@ -718,7 +718,7 @@ class Recorder:
         profile = self.reuse
         reuse = None if profile is None else ReuseSnapshot(
             profile.capacity_blocks, profile.rate, profile.total, tuple(profile.cumulative()),
-            profile.forgotten)
+            profile.forgotten, profile.tracking_rate)
         return RecorderSnapshot(
             self.engine,
             self.model,

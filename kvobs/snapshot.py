@@ -121,6 +121,7 @@ class ReuseSnapshot:
     references: int
     cumulative: tuple[tuple[float, float], ...]  # (bound in blocks, counted refs <= bound)
     forgotten: int = 0  # tracked blocks dropped by the profile's memory bound
+    tracking_rate: float = 1.0  # share of blocks tracked now (1: exact distances)
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
             le = "+Inf" if bound == float("inf") else str(int(bound))
             add("kvobs_reuse_sampled_references_total", {"le": le}, counted)
         add("kvobs_reuse_sample_rate", {}, reuse.rate)
+        add("kvobs_reuse_tracking_rate", {}, reuse.tracking_rate)
         add("kvobs_reuse_capacity_blocks", {}, reuse.capacity_blocks)
         add("kvobs_reuse_forgotten_blocks_total", {}, reuse.forgotten)
 

@@ -54,3 +54,22 @@ def test_written_blocks_wait_in_order_and_bounded() -> None:
     assert rec.reuse is None or rec.reuse.tracked == 0  # not handed over yet
     rec.lookup(16, keys=["answer"])  # written first, then looked up: a hit at 1 block
     assert rec.reuse is not None and rec.reuse.hit_ratio(rec.reuse.bounds[0]) == 1.0
+
+
+def test_the_tracked_share_and_fractional_counts_are_exported() -> None:
+    """At a rate of 1/4 the profile still tracks every block while they fit: the share is
+    exported as 1, and each reference counts a quarter of a sample. Past max_keys the
+    share halves down to the rate, blocks dropped on the way are not 'forgotten'."""
+    rec = kvobs.Recorder(engine="test", model="m")
+    rec.add_tier("gpu", 100, 16, 1024)
+    rec.reuse = ReuseProfile(100, rate=0.25, max_keys=64)
+    rec.lookup(16 * 10, keys=list(range(10)))
+    exported = scrape(rec)
+    assert exported["kvobs_reuse_tracking_rate"] == 1.0
+    assert exported["kvobs_reuse_sample_rate"] == 0.25
+    every = 'kvobs_reuse_sampled_references_total{engine="test",le="+Inf",model="m"}'
+    assert exported[every] == 2.5
+    rec.lookup(16 * 1000, keys=list(range(10, 1010)))
+    exported = scrape(rec)
+    assert exported["kvobs_reuse_tracking_rate"] == 0.25
+    assert 0 < exported["kvobs_reuse_forgotten_blocks_total"] < 1010 - 64
