@@ -23,6 +23,7 @@ def mutants() -> list[Mutant]:
     pool, host = f"{ADAPTERS}/block_pool.py", f"{ADAPTERS}/offloading.py"
     connector, worker = f"{ADAPTERS}/connector.py", f"{ADAPTERS}/transfers.py"
     lookups, hisparse = f"{ADAPTERS}/lookups.py", f"{ADAPTERS}/hisparse.py"
+    tiering = f"{ADAPTERS}/tiering.py"
     lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
               "disk_hit=min(disk, left - host),")
     relookup = "rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit="
@@ -101,6 +102,27 @@ def mutants() -> list[Mutant]:
         *keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
         *keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
         *lookup_count(lookups, lookup),
+        *keyword("lookup.disk_hit", lookups, lookup, "disk_hit", "min(disk, left - host)"),
+        # offloading tiering: the disk tier and host <-> disk transfers, as vLLM's tiering
+        # manager counts them (tests/engines/vllm033/test_vllm_tiering.py)
+        *transfer("tiering.cascade", tiering,
+                  "inst.cascade.transfer(len(written), nbytes, seconds)", "len(written)",
+                  "nbytes", indent="    "),
+        Mutant("tiering.cascade.seconds:dropped", tiering,
+               "inst.cascade.transfer(len(written), nbytes, seconds)",
+               "inst.cascade.transfer(len(written), nbytes, 0.0)"),
+        *transfer("tiering.promote", tiering,
+                  "inst.promote.transfer(read, nbytes * read // max(len(keys), 1), seconds)",
+                  "read", "nbytes * read // max(len(keys), 1)"),
+        Mutant("tiering.seconds(kvobs's own clock)", tiering,
+               "        seconds = result.transfer_time\n", "        seconds = None\n"),
+        *recorder_call("disk.store", tiering, "inst.tier.store(len(written))", "len(written)"),
+        *recorder_call("disk.evict(rewrite)", tiering, 'inst.tier.evict(replaced, "other")',
+                       "replaced"),
+        *recorder_call("disk.reuse(promotion)", tiering, "inst.tier.reuse(len(starting))",
+                       "len(starting)"),
+        *recorder_call("disk.free(promoted)", tiering, "inst.tier.free(done, cached=True)",
+                       "done"),
         # re-lookups of preempted requests: their own series, their host hits saved
         *recorder_call("relookup.tokens", lookups, relookup, "tokens"),
         *keyword("relookup.host_hit", lookups, relookup, "host_hit", "host"),

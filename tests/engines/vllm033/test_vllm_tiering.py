@@ -9,7 +9,9 @@ metadata, finished loads) over :class:`CpuCopyWorker`, a subclass of vLLM's
 the scheduler side, the tiering manager and its file-system tier is vLLM's.
 
 Truth comes from vLLM: the files its file-system tier wrote, the promotion jobs its
-tiering manager has in flight, and its own prefix-cache stats by hit source.
+tiering manager has in flight, its own prefix-cache stats by hit source, and its tiering
+manager's counters (``vllm:kv_offload_tiering_*``: bytes and seconds written and read,
+failed jobs).
 """
 
 from __future__ import annotations
@@ -269,9 +271,26 @@ def test_disk_tier_equals_vllm_at_every_step(loop, tmp_path):
     assert promote.blocks > 0 and disk.reuses == promote.blocks
     assert disk.in_use_blocks == 0 and disk.cached_blocks == loop.disk_files(root)
     assert promote.seconds > 0 and cascade.seconds > 0  # the tier's own job timings
+    assert_transfers_are_vllms(loop, cascade, promote)
     # disk hits as vLLM's own prefix-cache stats attribute them
     assert loop.disk_hits_by_vllm > 0
     inst.unwrap()
+
+
+def assert_transfers_are_vllms(loop: WorkerLoop, cascade: Any, promote: Any) -> None:
+    """host <-> disk transfers equal what vLLM's tiering manager counted: bytes and the
+    tier's job seconds each way, and no failed job."""
+    loop.take_scheduler_stats()
+    vllm = loop.vllm_tiering
+    assert cascade.bytes == vllm["vllm:kv_offload_tiering_write_bytes"] > 0
+    assert promote.bytes == vllm["vllm:kv_offload_tiering_read_bytes"] > 0
+    assert cascade.seconds == pytest.approx(vllm["vllm:kv_offload_tiering_write_time"],
+                                            rel=1e-9)
+    assert promote.seconds == pytest.approx(vllm["vllm:kv_offload_tiering_read_time"],
+                                            rel=1e-9)
+    assert cascade.failures == promote.failures == 0
+    assert "vllm:kv_offload_tiering_cascade_job_failures" not in vllm
+    assert "vllm:kv_offload_tiering_promotion_job_failures" not in vllm
 
 
 def test_promotions_in_flight_are_in_use_between_steps(tmp_path):
@@ -397,6 +416,7 @@ def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, 
     assert lookups.host_hit == loop.host_hits_by_vllm
     assert lookups.host_hit + lookups.disk_hit == loop.connector_hits
     assert (lookups.tokens, lookups.gpu_hit) == (loop.prefix_queries, loop.prefix_hits)
+    assert_transfers_are_vllms(loop, snap.link("host", "disk"), snap.link("disk", "host"))
     tiering.unwrap()
     inst.unwrap()
     for alias in ("prepare_write", "complete_write", "complete_read"):

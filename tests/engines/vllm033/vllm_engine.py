@@ -267,8 +267,9 @@ class EngineDriver:
     Truth accumulated from vLLM itself: ``prefix_queries`` / ``prefix_hits`` (its
     ``PrefixCacheStats``), ``connector_queries`` / ``connector_hits`` (the connector's
     prefix-cache stats: host hits), ``vllm_store_bytes`` / ``vllm_load_bytes`` (its
-    ``OffloadingConnectorStats``), ``kv_events`` (every ``BlockStored`` /
-    ``BlockRemoved`` vLLM published).
+    ``OffloadingConnectorStats``), ``vllm_tiering`` (its tiering manager's counters,
+    ``vllm:kv_offload_tiering_*`` summed over tiers), ``kv_events`` (every
+    ``BlockStored`` / ``BlockRemoved`` vLLM published).
     """
 
     def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
@@ -301,6 +302,7 @@ class EngineDriver:
         self.vllm_load_bytes = 0
         self.vllm_store_time = 0.0
         self.vllm_load_time = 0.0
+        self.vllm_tiering: dict[str, float] = {}  # vllm:kv_offload_tiering_* counters
         self.reported_store_bytes = 0
         self.reported_load_bytes = 0
         self.kv_events: list[Any] = []
@@ -512,7 +514,8 @@ class EngineDriver:
         return stats
 
     def _add_connector_stats(self, data: Any) -> None:
-        """Sum vLLM's ``vllm:kv_offload_{store,load}_{bytes,time}`` counters."""
+        """Sum vLLM's ``vllm:kv_offload_{store,load}_{bytes,time}`` counters, and the
+        tiering manager's ``vllm:kv_offload_tiering_*`` ones into ``vllm_tiering``."""
         if not isinstance(data, dict):
             return
         values = data.get("data", {})
@@ -522,6 +525,18 @@ class EngineDriver:
                            ("vllm:kv_offload_load_time", "vllm_load_time")):
             for value in values.get(name, {}).values():
                 setattr(self, attr, getattr(self, attr) + value)
+        types = data.get("types", {})
+        for name, by_labels in values.items():
+            if name.startswith("vllm:kv_offload_tiering_") and types.get(name) == "counter":
+                self.vllm_tiering[name] = self.vllm_tiering.get(name, 0) + sum(
+                    by_labels.values())
+
+    def take_scheduler_stats(self) -> None:
+        """Add the connector stats vLLM's scheduler side holds now (what its next
+        ``update_from_output`` would report), so that the totals are complete."""
+        stats = self.scheduler.connector.get_kv_connector_stats()
+        if stats is not None and not stats.is_empty():
+            self._add_connector_stats(stats.data)
 
     # -- the engine's truth ---------------------------------------------------------------
     def gpu_state(self) -> tuple[int, int]:
