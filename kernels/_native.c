@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -394,7 +395,7 @@ typedef struct {
     double sampled;               /* counted references, in samples at `threshold` */
     long long total, forgotten;
     long long refs;               /* every reference seen, sampled or not, counted or not */
-    int sampling;                 /* weight > 1: distances may be scaled estimates */
+    int sampling;                 /* a distance may be scaled: slot_when kept */
     int tuple_hash_ok;            /* the replica below equals hash((key,)) here */
 } ReuseCore;
 
@@ -888,15 +889,31 @@ static void reuse_dealloc(ReuseCore *self)
 static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
 {
     Py_ssize_t max_keys;
-    unsigned long long threshold, track = 0;
     double weight;
-    PyObject *bounds;
-    if (!PyArg_ParseTuple(args, "nKdO|K", &max_keys, &threshold, &weight, &bounds, &track))
+    PyObject *threshold_arg, *bounds, *track_arg = Py_None;
+    if (!PyArg_ParseTuple(args, "nOdO|O", &max_keys, &threshold_arg, &weight, &bounds,
+                          &track_arg))
         return -1;
-    if (track == 0)
-        track = threshold;
+    /* as unsigned integers, range-checked (an out-of-range int is an error, not wrapped) */
+    unsigned long long threshold = PyLong_AsUnsignedLongLong(threshold_arg);
+    if (threshold == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    if (threshold < 1 || threshold > REUSE_LOW_BITS + 1) {
+        PyErr_SetString(PyExc_ValueError, "threshold must be in [1, 2**24]");
+        return -1;
+    }
+    unsigned long long track = threshold;
+    if (track_arg != Py_None) {
+        track = PyLong_AsUnsignedLongLong(track_arg);
+        if (track == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+    }
     if (track < threshold || track > REUSE_LOW_BITS + 1) {
         PyErr_SetString(PyExc_ValueError, "track must be in [threshold, 2**24]");
+        return -1;
+    }
+    if (!(weight >= 1.0) || isinf(weight)) { /* NaN fails the first test */
+        PyErr_SetString(PyExc_ValueError, "weight must be a finite number >= 1");
         return -1;
     }
     if (max_keys <= 0 || max_keys > (1 << 28)) {
@@ -920,7 +937,8 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     self->track_weight = track == threshold ? weight
                                             : (double)(REUSE_LOW_BITS + 1) / (double)track;
     self->count_weight = track == threshold ? 1.0 : self->track_weight / weight;
-    self->sampling = weight > 1.0;
+    /* the reference numbers cap scaled distances: kept whenever a distance may be scaled */
+    self->sampling = weight > 1.0 || track > threshold;
     self->n_bounds = nb;
     self->live = self->clock = 0;
     self->bounds = PyMem_Malloc(sizeof(double) * (size_t)nb);

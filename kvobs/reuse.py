@@ -204,7 +204,7 @@ class ReuseProfile:
         """The share of blocks tracked now: 1 (every block: exact distances) down to
         :attr:`rate` as ``max_keys`` fills (adaptive), or :attr:`rate` throughout."""
         track = self._core.track if self._core is not None else self._track
-        return 1.0 if track >= _SPACE else track / _SPACE
+        return self.rate if track == self._threshold else track / _SPACE
 
     def reference(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` (one request's prompt, in order) were looked up: counted.

@@ -143,3 +143,25 @@ def test_a_list_changed_by_a_key_s_hash_is_read_alike(shrink: bool) -> None:
         profile.reference(list(range(30)))
         results.append((profile._stats(), profile.counts()))
     assert results[0] == results[1]
+
+
+def test_the_core_s_settings_are_range_checked() -> None:
+    """Out-of-range settings are clear errors, never wrapped or silently wrong; a core
+    whose tracked share can fall below 1 keeps the reference numbers its scaled distances
+    are capped by, whatever its weight says."""
+    core = native.ReuseCore
+    for args, message in (((4, 2**64 + 200, 2.0, [1.0]), "int too big|OverflowError"),
+                          ((4, -1, 2.0, [1.0]), "negative|OverflowError"),
+                          ((4, 2**24 + 1, 1.0, [1.0]), r"threshold must be in \[1, 2\*\*24\]"),
+                          ((4, 0, 1.0, [1.0]), r"threshold must be in"),
+                          ((4, 100, 2.0, [1.0], 99), r"track must be in \[threshold"),
+                          ((4, 100, 2.0, [1.0], 2**64 + 200), "int too big|OverflowError"),
+                          ((4, 100, 0.0, [1.0]), "weight must be a finite number >= 1"),
+                          ((4, 100, float("nan"), [1.0]), "weight must be"),
+                          ((4, 100, float("inf"), [1.0]), "weight must be")):
+        with pytest.raises((ValueError, OverflowError), match=message):
+            core(*args)
+    odd = core(4, 100, 1.0, [1.0, 2.0], 1 << 24)  # weight 1, yet a share that halves
+    for start in range(200):
+        odd.reference(list(range(start, start + 10)))
+    assert odd.stats()[3] <= 4 and 100 <= odd.track < 1 << 24  # halved: distances scaled
