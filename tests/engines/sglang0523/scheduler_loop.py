@@ -53,12 +53,17 @@ import functools
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
+from sglang.srt.managers.scheduler_components.metrics_reporter import SchedulerMetricsReporter
+from sglang.srt.managers.scheduler_components.pool_stats_observer import (
+    SchedulerPoolStatsObserver,
+)
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
@@ -329,11 +334,30 @@ class Engine:
         value = self.registry.get_sample_value(name, {**LABELS, **labels})
         return 0.0 if value is None else value
 
+    def pool_stats(self) -> tuple[Any, Any]:
+        """What SGLang's scheduler reports of its pools, by its own code: the
+        ``SchedulerPoolStatsObserver``'s token info (``full_num_used`` = max total tokens
+        - available - evictable, ``full_evictable_size``, ``full_capacity``: its
+        ``sglang:num_used_tokens`` / token usage / logs) and the metrics reporter's HiCache
+        host stats (``sglang:hicache_host_{used,total}_tokens``)."""
+        device = SchedulerPoolStatsObserver._get_token_info(SimpleNamespace(
+            token_to_kv_pool_allocator=self.allocator, tree_cache=self.tree,
+            max_total_num_tokens=self.tokens))
+        host = SimpleNamespace()
+        SchedulerMetricsReporter._log_hicache_stats(SimpleNamespace(
+            scheduler=SimpleNamespace(enable_hierarchical_cache=True, tree_cache=self.tree),
+            stats=host))
+        return device, host
+
     def truth(self) -> dict[str, tuple[int, int]]:
-        """SGLang's pools as ``(in_use, cached)`` pages: the allocator's and the host
-        anchor pool's ``available_size()``, the tree's ``evictable_size()``."""
-        page = self.page
-        resident = (self.allocator.size - self.allocator.available_size()) // page
-        cached = self.tree.evictable_size() // page
-        host = (self.host_pool.size - self.host_pool.available_size()) // page
-        return {"gpu": (resident - cached, cached), "host": (0, host)}
+        """SGLang's pools as ``(in_use, cached)`` pages, as its scheduler reports them
+        (:meth:`pool_stats`): in use = its used tokens, cached = the tree's evictable
+        tokens; on the host every reserved page holds backed-up KV."""
+        device, host = self.pool_stats()
+        return {"gpu": (self._pages(device.full_num_used),
+                        self._pages(device.full_evictable_size)),
+                "host": (0, self._pages(host.hicache_host_used_tokens))}
+
+    def _pages(self, tokens: int) -> int:
+        assert tokens % self.page == 0, f"{tokens} tokens: not whole pages"
+        return tokens // self.page

@@ -13,10 +13,14 @@ from __future__ import annotations
 import threading
 from array import array
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from sglang.srt.managers.cache_controller import HiCacheController
+from sglang.srt.managers.scheduler_components.pool_stats_observer import (
+    SchedulerPoolStatsObserver,
+)
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -81,13 +85,16 @@ def match(tree: RadixCache, tokens: Sequence[int]) -> Any:
 
 
 def gpu_truth(allocator: PagedTokenToKVPoolAllocator, tree: RadixCache | None) -> Truth:
-    """SGLang's own account of the GPU pages: resident from the allocator, cached = the
-    tree's evictable pages, in use = the rest (locked tree pages and requests' pages)."""
+    """SGLang's own account of the GPU pages, by the code its scheduler reports them with
+    (``SchedulerPoolStatsObserver``: used = max total tokens - available - evictable,
+    cached = the tree's evictable tokens); with no tree, nothing is evictable."""
     def truth() -> dict[str, tuple[int, int]]:
         page = allocator.page_size
-        resident = (allocator.size - allocator.available_size()) // page
-        cached = tree.evictable_size() // page if tree is not None else 0
-        return {"gpu": (resident - cached, cached)}
+        stats = SchedulerPoolStatsObserver._get_token_info(SimpleNamespace(
+            token_to_kv_pool_allocator=allocator, max_total_num_tokens=allocator.size,
+            tree_cache=tree if tree is not None else SimpleNamespace(evictable_size=lambda: 0)))
+        assert stats.full_num_used % page == 0 == stats.full_evictable_size % page
+        return {"gpu": (stats.full_num_used // page, stats.full_evictable_size // page)}
     return truth
 
 

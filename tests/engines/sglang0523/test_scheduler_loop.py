@@ -16,8 +16,11 @@ gpu->host blocks, bytes          ``sglang:hicache_backup_tokens_total{pool="kv"}
 host->gpu blocks, bytes          ``sglang:load_back_tokens_total``, ``..._bytes_total``
 transfer seconds                 ``sglang:*_duration_seconds`` (none on CPU)
 gpu->host drops (pages)          ``sglang:hicache_dropped_tokens_total`` / page
-GPU / host occupancy             allocator and host anchor pool ``available_size()``,
-                                 tree ``evictable_size()`` (at every step)
+GPU / host occupancy             what its scheduler reports (at every step): the pool
+                                 stats observer's used and evictable tokens, the
+                                 metrics reporter's ``hicache_host_used_tokens``
+GPU / host capacity              the observer's ``full_capacity`` (max total tokens),
+                                 ``hicache_host_total_tokens``
 ===============================  =====================================================
 
 Every step is also checked by :class:`kvobs.testing.Conformance` (flows explain the
@@ -132,6 +135,9 @@ def test_evictions_backups_and_load_backs_equal_sglangs_counters(stand_ins, poli
     assert load.blocks * PAGE == engine.metric("sglang:load_back_tokens_total", pool="kv") > 0
     assert load.bytes == engine.metric("sglang:load_back_bytes_total")
     assert host.stores == backup.blocks and host.reuses == load.blocks
+    device, host_stats = engine.pool_stats()   # capacity as SGLang's scheduler reports it
+    assert gpu.capacity_blocks * PAGE == device.full_capacity
+    assert host.capacity_blocks * PAGE == host_stats.hicache_host_total_tokens
     assert backup.drops == 0 == engine.metric("sglang:hicache_dropped_tokens_total",
                                               reason="host_pressure", pool="kv")
     assert snap.thrash.offloaded_reused > 0
