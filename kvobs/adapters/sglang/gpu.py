@@ -459,9 +459,32 @@ TREE_SPEC = AdapterSpec(TREE_COMPONENT, ("BasePrefixCache",), (
 ), state=("evictable_size", "protected_size"))
 
 
+def kv_page_bytes(allocator: Any) -> int:
+    """Bytes of one page across layers, as SGLang sized the allocator's KV pool: its K and
+    V buffers (``get_kv_size_bytes()``, what it logs as ``K size`` / ``V size`` and exports
+    as ``sglang:kv_cache_memory_usage_gb``) over their ``size + page_size`` token slots
+    (one padding page); 0 when the pool does not say or its buffers hold another layout.
+
+    Example:
+        >>> kv_page_bytes(object())
+        0
+    """
+    try:
+        pool = allocator.get_kvcache()
+        sizes = pool.get_kv_size_bytes()
+        total = int(sum(sizes)) if isinstance(sizes, tuple) else int(sizes)
+        page = int(pool.page_size)
+        slots = int(pool.size) + page
+    except (AttributeError, AssertionError, TypeError, ValueError):
+        return 0
+    if total <= 0 or slots <= 0 or total % slots:
+        return 0
+    return total // slots * page
+
+
 def instrument_token_allocator(allocator: Any, rec: Recorder, *, tier: str = GPU,
                                tree_cache: Any = None,
-                               block_bytes: int = 0) -> GpuInstrumentation:
+                               block_bytes: int | None = None) -> GpuInstrumentation:
     """Count an SGLang token/page allocator (and its radix cache) as tier ``tier``.
 
     Args:
@@ -471,7 +494,8 @@ def instrument_token_allocator(allocator: Any, rec: Recorder, *, tier: str = GPU
             ``RadixCache`` too); with it kvobs tells cached pages from pages in use,
             counts prefix hits (reuses), evictions and one lookup per admitted request.
             Without it every resident page reads as in use.
-        block_bytes: bytes per page across layers (0 if unknown).
+        block_bytes: bytes per page across layers; default: as SGLang sized the
+            allocator's KV pool (:func:`kv_page_bytes`; 0: unknown).
 
     Returns:
         The instrumentation; ``unwrap()`` restores the allocator and the tree.
@@ -487,8 +511,9 @@ def instrument_token_allocator(allocator: Any, rec: Recorder, *, tier: str = GPU
     def make(active: bool) -> GpuInstrumentation:
         page = int(getattr(allocator, "page_size", 1) or 1)
         pages = int(getattr(allocator, "size", 0)) // page
+        size = kv_page_bytes(allocator) if block_bytes is None else block_bytes
         add = rec.add_tier if active else TierRecorder   # an unknown version exports nothing
-        return GpuInstrumentation(allocator, rec, add(tier, pages, page, block_bytes), active)
+        return GpuInstrumentation(allocator, rec, add(tier, pages, page, size), active)
 
     if tree_cache is not None and (not class_names(tree_cache) & set(TREE_SPEC.kinds) or
                                    getattr(tree_cache, MARKER, None) is not None):

@@ -49,7 +49,13 @@ from kvobs.adapters.sglang import host as host_adapter
 from kvobs.adapters.sglang import instrument_cache_controller, instrument_token_allocator
 from kvobs.recorder import Recorder
 from kvobs.testing import Conformance
-from tests.engines.sglang0523.scheduler_loop import Engine, install_timing_stand_in
+from tests.engines.sglang0523.scheduler_loop import (
+    DIM,
+    HEADS,
+    LAYERS,
+    Engine,
+    install_timing_stand_in,
+)
 
 PAGE = 16
 
@@ -338,3 +344,17 @@ def test_refused_objects_and_unwrap_restores_sglangs_own(stand_ins):
     assert engine.host_pool.alloc.__func__ is type(engine.host_pool).alloc
     for obj in (engine.allocator, engine.tree, engine.controller, engine.host_pool):
         assert not hasattr(obj, MARKER)
+
+
+def test_the_gpu_tier_s_bytes_are_the_kv_pool_s(stand_ins):
+    """A page's bytes across layers, as the model's shape makes them (K and V, every layer,
+    fp16), read from the KV pool SGLang sized: the capacity log's GPU bytes."""
+    engine = Engine(tokens=256)
+    rec, _ = instrumented(engine)
+    gpu = rec.snapshot().tier("gpu")
+    assert gpu.block_bytes == PAGE * LAYERS * 2 * HEADS * DIM * 2
+    capacity_bytes = gpu.capacity_blocks * gpu.block_bytes
+    assert capacity_bytes == 256 * LAYERS * 2 * HEADS * DIM * 2
+    # SGLang's own figure holds one padding page more (its K and V buffers' size)
+    kv_bytes = engine.allocator.get_kvcache().mem_usage * 1024**3
+    assert kv_bytes == pytest.approx(capacity_bytes + gpu.block_bytes, rel=1e-9)

@@ -142,6 +142,11 @@ def test_the_plugins_endpoint_serves_sglangs_own_figures(stand_ins, loader):
     assert enabled and enabled[0]["metrics_url"] == state.telemetry.metrics_url
     capacity = [log for log in logs if log["event"] == "kv_cache_capacity"]
     assert len(capacity) == 1 and capacity[0]["tp_rank"] == "1", "after instrumenting"
+    gpu, host = capacity[0]["tiers"]["gpu"], capacity[0]["tiers"]["host"]
+    kv_bytes = engine.allocator.get_kvcache().mem_usage * 1024**3  # SGLang's KV Cache size
+    assert gpu["bytes"] > 0  # the usable pages: SGLang's buffers hold one padding page more
+    assert gpu["bytes"] == pytest.approx(kv_bytes * 256 / (256 + PAGE), rel=1e-9)
+    assert host["bytes"] == engine.host_pool.size * engine.host_pool.size_per_token > 0
     assert not warnings(logs)
 
     host_hit_workload(engine, Conformance(state.recorder, truth=engine.truth,
