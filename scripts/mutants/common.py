@@ -64,3 +64,15 @@ def transfer(event: str, path: str, call: str, blocks: str, nbytes: str,
             Mutant(f"{event}.bytes:dropped", path, call, call.replace(f", {nbytes}", ", 0", 1)),
             Mutant(f"{event}.operations:doubled", path, f"{indent}{call}\n",
                    f"{indent}{call}\n{indent}{empty}\n")]
+
+
+#: The saving a lookup's host and disk hits add at the prefill cost (``Recorder.lookup``).
+LOOKUP_SAVED = ("            self.host_saved_s += host_hit * cost\n"
+                "            self.disk_saved_s += disk_hit * cost\n        if keys is not None:")
+
+
+def lookup_saved(tiers: tuple[str, ...] = ("host", "disk")) -> list[Mutant]:
+    """The lookup's saved prefill seconds of each of ``tiers``, doubled and dropped."""
+    return [mutant for tier in tiers for mutant in counter_add(
+        f"lookup.saved({tier})", "kvobs/recorder.py", LOOKUP_SAVED, f"{tier}_hit * cost")]
+

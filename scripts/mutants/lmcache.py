@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call, transfer
+from mutants.common import (
+    Mutant,
+    counter_add,
+    keyword,
+    lookup_count,
+    lookup_saved,
+    recorder_call,
+    transfer,
+)
 
 ADAPTER = "kvobs/adapters/lmcache"
 SUITES = ((".venv-lmcache/bin/python", "tests/engines/lmcache056"),)
@@ -47,4 +55,6 @@ def mutants() -> list[Mutant]:
         *transfer("onload", engine, "inst.onload.transfer(chunks, nbytes)", "chunks", "nbytes"),
         *recorder_call("offload.seconds", engine, "inst.offload.timed(seconds)", "seconds"),
         *recorder_call("onload.seconds", engine, "inst.onload.timed(seconds)", "seconds"),
+        # the verdict's saving: a lookup's hits at the prefill cost
+        *lookup_saved(("host", "disk")),
     ]

@@ -6,7 +6,7 @@ Judged by the SGLang 0.5.23 suite (its scheduler loop on ``UnifiedRadixCache`` +
 
 from __future__ import annotations
 
-from mutants.common import Mutant, keyword, recorder_call, transfer
+from mutants.common import Mutant, keyword, lookup_saved, recorder_call, transfer
 
 ADAPTERS = "kvobs/adapters/sglang"
 SUITES = ((".venv-sglang/bin/python", "tests/engines/sglang0523"),)
@@ -64,4 +64,6 @@ def mutants() -> list[Mutant]:
         # transfers: one per queued copy (HiCacheAck)
         *transfer("transfer", host, "link.transfer(tokens // host.page, nbytes)",
                   "tokens // host.page", "nbytes", indent="            "),
+        # the verdict's saving: a lookup's hits at the prefill cost
+        *lookup_saved(("host",)),
     ]

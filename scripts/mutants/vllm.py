@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from mutants.common import Mutant, counter_add, keyword, lookup_count, recorder_call, transfer
+from mutants.common import (
+    Mutant,
+    counter_add,
+    keyword,
+    lookup_count,
+    lookup_saved,
+    recorder_call,
+    transfer,
+)
 
 ADAPTERS = "kvobs/adapters/vllm"
 #: (interpreter, suite) pairs the mutants are judged by: the real engine first (a
@@ -159,4 +167,6 @@ def mutants() -> list[Mutant]:
         Mutant("plugin.dp_rank(data_parallel_index):dropped", f"{ADAPTERS}/plugin.py",
                'int(index or getattr(parallel, "data_parallel_rank", 0) or 0)',
                'int(getattr(parallel, "data_parallel_rank", 0) or 0)'),
+        # the verdict's saving: a lookup's hits at the prefill cost
+        *lookup_saved(("host", "disk")),
     ]

@@ -61,6 +61,9 @@ class Run:
     after_clear: dict
 
 
+PREFILL_COST = 2.5e-5  # seconds a prefill token costs, as an operator configures it
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_engine_outlives_the_module():
     yield
@@ -71,6 +74,7 @@ def no_engine_outlives_the_module():
 def run():
     engine = build_engine()
     rec = Recorder(engine="lmcache", model="tiny-llama")
+    rec.prefill_cost.set(PREFILL_COST)              # a configured cost: savings are claimed
     inst = instrument_lmcache_engine(engine, rec)   # after the connector's __init__
     try:   # LMCache's storage threads keep the process alive until the engine is destroyed
         yield serve_all(engine, rec, inst)
@@ -133,6 +137,10 @@ def test_lookups_are_one_per_request_with_lmcaches_tokens_and_hits(run):
     assert lookups.disk_hit == lookups.gpu_hit == 0     # one backend: every hit is host
     assert lookups.host_hit / lookups.tokens == pytest.approx(
         lm["lookup_hits"] / lm["lookup_tokens"], abs=0)
+    # the verdict's saving: each token LMCache hit is a prefill token not recomputed
+    benefit = run.rec.snapshot().benefit
+    assert benefit.host_saved_s == pytest.approx(lm["lookup_hits"] * PREFILL_COST, rel=1e-9)
+    assert benefit.host_saved_s > 0 and benefit.disk_saved_s == 0
     print(f"\nlookups kvobs {lookups.lookups} lmcache {lm['lookup_requests']:.0f}; tokens "
           f"{lookups.tokens} / {lm['lookup_tokens']:.0f}; hits {lookups.host_hit} / "
           f"{lm['lookup_hits']:.0f}; hit ratio {lookups.host_hit / lookups.tokens:.3f} / "
@@ -199,6 +207,7 @@ def test_hits_behind_the_cpu_backend_are_disk_hits_as_lmcache_pinned_them(tmp_pa
     engine = build_engine(host_chunks=8, instance="disk", disk_dir=str(tmp_path))
     engine.post_init()
     rec = Recorder()
+    rec.prefill_cost.set(PREFILL_COST)
     inst = instrument_lmcache_engine(engine, rec)
     disk = engine.storage_manager.storage_backends["LocalDiskBackend"]
     try:
@@ -228,7 +237,7 @@ def test_hits_behind_the_cpu_backend_are_disk_hits_as_lmcache_pinned_them(tmp_pa
         driver.serve(other)              # evicts the prompt's last 4 chunks from the CPU
         written()
         kit.check("stored")
-        lookups = rec.snapshot().lookups
+        lookups, saved = rec.snapshot().lookups, rec.snapshot().benefit
         hit = driver.lookup_client.lookup(prompt, lookup_id="split")
         pinned = {where: len(keys) for where, keys in engine.lookup_pins["split"].items()}
         engine.lookup_unpin("split")
@@ -236,6 +245,11 @@ def test_hits_behind_the_cpu_backend_are_disk_hits_as_lmcache_pinned_them(tmp_pa
         after = rec.snapshot().lookups
         assert (after.host_hit - lookups.host_hit, after.disk_hit - lookups.disk_hit) == \
             (pinned["LocalCPUBackend"] * CHUNK, pinned["LocalDiskBackend"] * CHUNK)
+        now = rec.snapshot().benefit       # each tier's saving: the chunks LMCache pinned there
+        assert now.host_saved_s - saved.host_saved_s == pytest.approx(
+            pinned["LocalCPUBackend"] * CHUNK * PREFILL_COST, rel=1e-9)
+        assert now.disk_saved_s - saved.disk_saved_s == pytest.approx(
+            pinned["LocalDiskBackend"] * CHUNK * PREFILL_COST, rel=1e-9)
         outcome = driver.serve(prompt)   # a retrieve from both backends (no lookup there)
         written()
         assert outcome.retrieved == 96
@@ -243,6 +257,9 @@ def test_hits_behind_the_cpu_backend_are_disk_hits_as_lmcache_pinned_them(tmp_pa
         lm, final = delta(lmcache_metrics(engine, "disk"), before), rec.snapshot().lookups
         assert final.lookups == lm["lookup_requests"] == 5
         assert final.host_hit + final.disk_hit == lm["lookup_hits"]
+        benefit = rec.snapshot().benefit
+        assert benefit.host_saved_s + benefit.disk_saved_s == pytest.approx(
+            lm["lookup_hits"] * PREFILL_COST, rel=1e-9)
         assert final.tokens == lm["lookup_tokens"]
     finally:
         inst.unwrap()

@@ -112,8 +112,14 @@ POLICIES = ("write_through", "write_back")
 def test_one_lookup_per_admitted_request_with_sglangs_cached_tokens(stand_ins, policy):
     engine = Engine(write_policy=policy, tokens=256, host_ratio=4.0)
     rec, kit = instrumented(engine)
+    cost = 3e-5                               # a configured prefill cost, s/token
+    rec.prefill_cost.set(cost)
     host_hit_workload(engine, kit)
-    lookups = rec.snapshot().lookups
+    snap = rec.snapshot()
+    lookups = snap.lookups
+    # the verdict's saving: SGLang's host hit tokens, each a prefill token not recomputed
+    assert snap.benefit.host_saved_s == pytest.approx(engine.host_hit_tokens * cost, rel=1e-9)
+    assert snap.benefit.host_saved_s > 0 and snap.benefit.disk_saved_s == 0
     assert engine.match_calls > len(engine.admitted), "waiting requests were re-matched"
     assert lookups.lookups == len(engine.admitted) == 16
     assert lookups.tokens == engine.prompt_tokens

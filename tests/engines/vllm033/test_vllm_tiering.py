@@ -379,6 +379,8 @@ def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, 
     transfers are counted, and lookups split host / disk hits as vLLM's hits_by_source."""
     loop = wide_host_loop
     rec = Recorder(engine="vllm")
+    cost = 2e-5                           # a configured prefill cost, s/token
+    rec.prefill_cost.set(cost)
     inst = instrument_scheduler(loop.scheduler, rec)
     assert inst.active
     assert [p.component for p in inst.parts] == [
@@ -417,6 +419,10 @@ def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, 
     assert lookups.host_hit + lookups.disk_hit == loop.connector_hits
     assert (lookups.tokens, lookups.gpu_hit) == (loop.prefix_queries, loop.prefix_hits)
     assert_transfers_are_vllms(loop, snap.link("host", "disk"), snap.link("disk", "host"))
+    # the verdict's savings per tier: the tokens vLLM says each source served
+    assert snap.benefit.prefill_cost_source == "configured"
+    assert snap.benefit.host_saved_s == pytest.approx(loop.host_hits_by_vllm * cost, rel=1e-9)
+    assert snap.benefit.disk_saved_s == pytest.approx(loop.disk_hits_by_vllm * cost, rel=1e-9)
     tiering.unwrap()
     inst.unwrap()
     for alias in ("prepare_write", "complete_write", "complete_read"):
