@@ -84,6 +84,17 @@ def mutants() -> list[Mutant]:
         *recorder_call("host.free(reset)", host, "    inst.tier.free(in_use)\n", "in_use"),
         *recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
                        "cached"),
+        # the keys the thrash tracker classifies offloads by (reused / evicted unused)
+        Mutant("host.store.keys:dropped", host,
+               "inst.tier.store(landed, keys=keys if landed == len(keys) else None)",
+               "inst.tier.store(landed, keys=None)"),
+        Mutant("host.reuse.keys:dropped", host, "inst.tier.reuse(idle, keys=keys)",
+               "inst.tier.reuse(idle, keys=None)"),
+        Mutant("host.reuse.keys:doubled", host, "inst.tier.reuse(idle, keys=keys)",
+               "inst.tier.reuse(idle, keys=[*keys, *keys])"),
+        Mutant("host.evict.keys:dropped", host,
+               'keys=output.evicted_keys)\n\n\n#: Chunks being written',
+               'keys=None)\n\n\n#: Chunks being written'),
         # transfers: one per job vLLM's connector completes (in the manager's calls), bytes
         # and seconds as the workers report them (OffloadingConnectorScheduler)
         *job_transfer("transfer(store)", host, "stores.transfer(len(keys), 0)"),

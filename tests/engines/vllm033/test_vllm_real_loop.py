@@ -171,6 +171,28 @@ def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path: Path) -> N
     assert snap.errors == {}
 
 
+@pytest.mark.parametrize("host_chunks", [48, 64])
+def test_reused_and_wasted_offloads_are_vllms_own(tmp_path: Path, host_chunks: int) -> None:
+    """Does offloading pay, block by block: offloads loaded back at least once, offloads
+    evicted from the host before any reuse, and onloads of stored blocks, against the
+    blocks' stays in host memory as vLLM's CPU KV events and its load jobs tell them
+    (``EngineDriver._observe_host_stays``), at two host sizes (48 chunks evict often)."""
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40,
+                                          cpu_bytes=host_chunks * CHUNK_BYTES, kv_events=True),
+                          transfer_delay=3)
+    rec = Recorder(engine="vllm", model="test", thrash_window_s=3600.0)  # every onload in it
+    inst = instrument_scheduler(driver.scheduler, rec)
+    assert inst.active
+    conversations(driver, Conformance(rec, truth=driver.truth).check)
+    thrash = rec.snapshot().thrash
+    assert (thrash.onloads_in_window, thrash.offloaded_reused,
+            thrash.offloaded_evicted_unused) == \
+        (driver.host_onloads, driver.host_reused, driver.host_evicted_unused)
+    assert driver.host_reused > 0 and driver.host_onloads > driver.host_reused
+    assert driver.host_evicted_unused > (10 if host_chunks == 48 else 0)
+    assert thrash.untracked_blocks == 0 and rec.snapshot().errors == {}
+
+
 def test_full_host_tier_drops_each_refused_chunk_once(tmp_path: Path) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=6 * CHUNK_BYTES,
                                           kv_events=True), transfer_delay=4)

@@ -50,7 +50,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
 )
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.kv_cache_utils import (
+    BlockHash,
+    get_request_block_hasher,
+    init_none_hash,
+    maybe_convert_block_hash,
+)
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
@@ -59,6 +64,7 @@ from vllm.v1.kv_cache_interface import (
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
+from vllm.v1.kv_offload.base import get_offload_block_hash
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
@@ -269,7 +275,10 @@ class EngineDriver:
     prefix-cache stats: host hits), ``vllm_store_bytes`` / ``vllm_load_bytes`` (its
     ``OffloadingConnectorStats``), ``vllm_tiering`` (its tiering manager's counters,
     ``vllm:kv_offload_tiering_*`` summed over tiers), ``kv_events`` (every
-    ``BlockStored`` / ``BlockRemoved`` vLLM published).
+    ``BlockStored`` / ``BlockRemoved`` vLLM published), and the host blocks' stays from
+    those events and vLLM's load jobs (:meth:`_observe_host_stays`): ``host_onloads``
+    (chunks loaded back while stored), ``host_reused`` (stays with a load),
+    ``host_evicted_unused`` (stays removed with none).
     """
 
     def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
@@ -306,6 +315,11 @@ class EngineDriver:
         self.reported_store_bytes = 0
         self.reported_load_bytes = 0
         self.kv_events: list[Any] = []
+        self.host_stays: dict[Any, bool] = {}  # CPU block hash -> loaded back since stored
+        self.host_onloads = 0
+        self.host_reused = 0
+        self.host_evicted_unused = 0
+        self._events_seen = 0
         #: GPU blocks that became held by some request (vLLM's per-request block tables,
         #: read after each schedule() and update_from_output(); the null block left out)
         self.blocks_taken = 0
@@ -412,6 +426,7 @@ class EngineDriver:
         self.scheduler_cpu_seconds += time.thread_time() - cpu
         stats = self._read_stats(engine_outputs)
         self.observe_block_tables()
+        self._observe_host_stays()
         self.steps += 1
         record = StepRecord(out, engine_outputs, stats, stores, loads)
         if self.keep_history:
@@ -449,7 +464,40 @@ class EngineDriver:
             chunk_bytes = size // num if num else 0
         return chunks * chunk_bytes
 
+    def _observe_host_stays(self, load_job: int | None = None) -> None:
+        """A block's stay in host memory as vLLM tells it: from its CPU-medium
+        ``BlockStored`` event to its ``BlockRemoved`` (``AllBlocksCleared``: every stay
+        ends), loaded back when a load job vLLM's connector scheduler created covers its
+        offload key (``TransferJobStatus.keys``, named in events by vLLM's own
+        ``get_offload_block_hash`` / ``maybe_convert_block_hash``). Called with
+        ``load_job`` as each load is submitted (after ``schedule()``), and with none after
+        ``update_from_output()`` for that step's events: a chunk being loaded is pinned,
+        so no event of the same step can end its stay first."""
+        stays = self.host_stays
+        if load_job is not None:
+            for key in self.connector_scheduler._jobs[load_job].keys:
+                block = maybe_convert_block_hash(BlockHash(get_offload_block_hash(key)))
+                if block in stays:
+                    self.host_onloads += 1
+                    if not stays[block]:
+                        stays[block] = True
+                        self.host_reused += 1
+            return
+        for event in self.kv_events[self._events_seen:]:
+            kind = type(event).__name__
+            if kind == "AllBlocksCleared":
+                stays.clear()
+            elif getattr(event, "medium", None) == "CPU":
+                for block in event.block_hashes:
+                    if kind == "BlockStored":
+                        stays[block] = False
+                    elif kind == "BlockRemoved" and stays.pop(block, True) is False:
+                        self.host_evicted_unused += 1
+        self._events_seen = len(self.kv_events)
+
     def _submit(self, job_id: int, is_store: bool, job: Any, delay: int) -> None:
+        if not is_store and self.scheduler.kv_event_publisher is not None:
+            self._observe_host_stays(load_job=job_id)
         spec = job.dst_spec if is_store else job.src_spec  # the CPU side: chunk ids
         self.in_flight[job_id] = (is_store, frozenset(int(i) for i in spec.block_ids))
         share = self._job_bytes(job, is_store) // self.workers  # each worker moves its shard
