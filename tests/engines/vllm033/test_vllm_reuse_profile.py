@@ -87,6 +87,11 @@ def run(tmp_path: Path, rec: Recorder, written: bool = True) -> tuple[float, flo
         pool.written_to = None  # what the C and Python readers both read
     held = Held(driver)
     chat(driver, held, chats=12, requests=REQUESTS, seed=1)
+    # the profile's configured size: the blocks vLLM can hold, GPU (its null block left
+    # out) and host (chunks of one block), as vLLM's own configuration gives them
+    info = dict(driver.connector_scheduler.manager.config_info()[0])
+    vllm_blocks = driver.scheduler.kv_cache_config.num_blocks - 1 + int(info["cpu_num_chunks"])
+    assert rec.reuse is not None and rec.reuse.capacity_blocks == vllm_blocks
     inst.unwrap()
     assert driver.preempted_queries == 0  # every lookup is in vLLM's hit rate
     measured = (driver.prefix_hits + driver.connector_hits) / driver.prefix_queries
