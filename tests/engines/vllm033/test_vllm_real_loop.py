@@ -176,14 +176,21 @@ def test_reused_and_wasted_offloads_are_vllms_own(tmp_path: Path, host_chunks: i
     """Does offloading pay, block by block: offloads loaded back at least once, offloads
     evicted from the host before any reuse, and onloads of stored blocks, against the
     blocks' stays in host memory as vLLM's CPU KV events and its load jobs tell them
-    (``EngineDriver._observe_host_stays``), at two host sizes (48 chunks evict often)."""
+    (``EngineDriver._observe_host_stays``), at two host sizes (48 chunks evict often).
+    With a clock of one second a step and every block sampled, the residency and reuse
+    gap samples are those stays' lengths and the steps between their uses."""
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40,
                                           cpu_bytes=host_chunks * CHUNK_BYTES, kv_events=True),
                           transfer_delay=3)
-    rec = Recorder(engine="vllm", model="test", thrash_window_s=3600.0)  # every onload in it
+    rec = Recorder(engine="vllm", model="test", clock_ns=lambda: driver.steps * 10**9,
+                   thrash_window_s=3600.0, residency_rate=1.0)  # every onload in the window
     inst = instrument_scheduler(driver.scheduler, rec)
     assert inst.active
     conversations(driver, Conformance(rec, truth=driver.truth).check)
+    residency, gaps = rec.tier("host").residency.drain()
+    assert sorted(residency) == sorted(float(n) for n in driver.host_residency)
+    assert sorted(gaps) == sorted(float(n) for n in driver.host_reuse_gaps)
+    assert len(residency) >= driver.host_evicted_unused > 0 and gaps
     thrash = rec.snapshot().thrash
     assert (thrash.onloads_in_window, thrash.offloaded_reused,
             thrash.offloaded_evicted_unused) == \

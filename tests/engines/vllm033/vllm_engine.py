@@ -278,7 +278,9 @@ class EngineDriver:
     ``BlockStored`` / ``BlockRemoved`` vLLM published), and the host blocks' stays from
     those events and vLLM's load jobs (:meth:`_observe_host_stays`): ``host_onloads``
     (chunks loaded back while stored), ``host_reused`` (stays with a load),
-    ``host_evicted_unused`` (stays removed with none).
+    ``host_evicted_unused`` (stays removed with none), and in steps (the step a stay
+    began, its last use): ``host_residency`` (the length of each ended stay) and
+    ``host_reuse_gaps`` (steps from a stay's start or last load to each load).
     """
 
     def __init__(self, scheduler: Scheduler, *, transfer_delay: int = 0, workers: int = 1,
@@ -316,6 +318,9 @@ class EngineDriver:
         self.reported_load_bytes = 0
         self.kv_events: list[Any] = []
         self.host_stays: dict[Any, bool] = {}  # CPU block hash -> loaded back since stored
+        self.host_since: dict[Any, tuple[int, int]] = {}  # -> (stored at, last used at)
+        self.host_residency: list[int] = []
+        self.host_reuse_gaps: list[int] = []
         self.host_onloads = 0
         self.host_reused = 0
         self.host_evicted_unused = 0
@@ -473,12 +478,15 @@ class EngineDriver:
         ``load_job`` as each load is submitted (after ``schedule()``), and with none after
         ``update_from_output()`` for that step's events: a chunk being loaded is pinned,
         so no event of the same step can end its stay first."""
-        stays = self.host_stays
+        stays, since, now = self.host_stays, self.host_since, self.steps
         if load_job is not None:
             for key in self.connector_scheduler._jobs[load_job].keys:
                 block = maybe_convert_block_hash(BlockHash(get_offload_block_hash(key)))
                 if block in stays:
                     self.host_onloads += 1
+                    born, used = since[block]
+                    self.host_reuse_gaps.append(now - used)
+                    since[block] = (born, now)
                     if not stays[block]:
                         stays[block] = True
                         self.host_reused += 1
@@ -487,12 +495,16 @@ class EngineDriver:
             kind = type(event).__name__
             if kind == "AllBlocksCleared":
                 stays.clear()
+                since.clear()
             elif getattr(event, "medium", None) == "CPU":
                 for block in event.block_hashes:
                     if kind == "BlockStored":
                         stays[block] = False
-                    elif kind == "BlockRemoved" and stays.pop(block, True) is False:
-                        self.host_evicted_unused += 1
+                        since[block] = (now, now)
+                    elif kind == "BlockRemoved" and block in stays:
+                        if not stays.pop(block):
+                            self.host_evicted_unused += 1
+                        self.host_residency.append(now - since.pop(block)[0])
         self._events_seen = len(self.kv_events)
 
     def _submit(self, job_id: int, is_store: bool, job: Any, delay: int) -> None:
