@@ -55,6 +55,16 @@ def mutants() -> list[Mutant]:
         *transfer("onload", engine, "inst.onload.transfer(chunks, nbytes)", "chunks", "nbytes"),
         *recorder_call("offload.seconds", engine, "inst.offload.timed(seconds)", "seconds"),
         *recorder_call("onload.seconds", engine, "inst.onload.timed(seconds)", "seconds"),
+        # the keys the thrash tracker classifies offloads by (every retrieval an onload)
+        Mutant("host.reuse(batch).keys:dropped", backend,
+               "inst.tier.reuse(len(objs), keys=keys[: len(objs)])",
+               "inst.tier.reuse(len(objs), keys=None)"),
+        Mutant("host.reuse(get).keys:dropped", backend, "inst.tier.reuse(1, keys=(key,))",
+               "inst.tier.reuse(1, keys=None)"),
+        Mutant("host.reuse(get).keys:doubled", backend, "inst.tier.reuse(1, keys=(key,))",
+               "inst.tier.reuse(1, keys=(key, key))"),
+        Mutant("host.store.keys:dropped", backend,
+               "inst.tier.store(1, keys=(key,))", "inst.tier.store(1, keys=None)"),
         # the verdict's saving: a lookup's hits at the prefill cost
         *lookup_saved(("host", "disk")),
     ]

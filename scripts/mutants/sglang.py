@@ -64,6 +64,16 @@ def mutants() -> list[Mutant]:
         # transfers: one per queued copy (HiCacheAck)
         *transfer("transfer", host, "link.transfer(tokens // host.page, nbytes)",
                   "tokens // host.page", "nbytes", indent="            "),
+        # the keys the thrash tracker classifies offloads by (every load-back an onload)
+        Mutant("host.reuse.keys:dropped", host,
+               "host.tier.reuse(pages, keys=host.pages(host_indices))",
+               "host.tier.reuse(pages, keys=None)"),
+        Mutant("host.reuse.keys:doubled", host,
+               "host.tier.reuse(pages, keys=host.pages(host_indices))",
+               "host.tier.reuse(pages, keys=host.pages(host_indices) * 2)"),
+        Mutant("host.store.keys:dropped", host,
+               "inst.tier.store(need_size // inst.page, keys=inst.pages(indices))",
+               "inst.tier.store(need_size // inst.page, keys=None)"),
         # the verdict's saving: a lookup's hits at the prefill cost
         *lookup_saved(("host",)),
     ]

@@ -73,7 +73,7 @@ def no_engine_outlives_the_module():
 @pytest.fixture(scope="module")
 def run():
     engine = build_engine()
-    rec = Recorder(engine="lmcache", model="tiny-llama")
+    rec = Recorder(engine="lmcache", model="tiny-llama", thrash_window_s=3600.0)
     rec.prefill_cost.set(PREFILL_COST)              # a configured cost: savings are claimed
     inst = instrument_lmcache_engine(engine, rec)   # after the connector's __init__
     try:   # LMCache's storage threads keep the process alive until the engine is destroyed
@@ -157,6 +157,9 @@ def test_retrievals_are_host_hits_onloaded_as_lmcache_counts_them(run):
     assert lm["retrieve_requests"] == sum(1 for o in run.outcomes
                                           if o.lmcache_hit - o.vllm_cached > 0)
     assert lm["hit_tokens"] == sum(o.retrieved for o in run.outcomes)
+    # each chunk retrieved is an onload of an offloaded chunk (every one in the window)
+    assert snap.thrash.onloads_in_window == lm["hit_tokens"] // CHUNK
+    assert 0 < snap.thrash.offloaded_reused <= snap.thrash.onloads_in_window
 
 
 def test_stores_and_offloads_equal_lmcaches(run):

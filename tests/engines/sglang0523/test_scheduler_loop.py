@@ -62,7 +62,7 @@ PAGE = 16
 
 def instrumented(engine: Engine) -> tuple[Recorder, Conformance]:
     """kvobs as a user attaches it: the allocator with its tree, then the controller."""
-    rec = Recorder(engine="sglang")
+    rec = Recorder(engine="sglang", thrash_window_s=3600.0)  # every load-back in the window
     gpu = instrument_token_allocator(engine.allocator, rec, tree_cache=engine.tree)
     host = instrument_cache_controller(engine.controller, rec)
     assert gpu.active and host.active
@@ -152,7 +152,10 @@ def test_evictions_backups_and_load_backs_equal_sglangs_counters(stand_ins, poli
     assert host.capacity_blocks * PAGE == host_stats.hicache_host_total_tokens
     assert backup.drops == 0 == engine.metric("sglang:hicache_dropped_tokens_total",
                                               reason="host_pressure", pool="kv")
-    assert snap.thrash.offloaded_reused > 0
+    # each page loaded back is an onload of an offloaded page (SGLang's load-back tokens)
+    assert snap.thrash.onloads_in_window * PAGE == \
+        engine.metric("sglang:load_back_tokens_total", pool="kv")
+    assert 0 < snap.thrash.offloaded_reused <= snap.thrash.onloads_in_window
 
 
 def test_chunked_prefill_counts_each_request_once(stand_ins):
