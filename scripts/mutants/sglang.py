@@ -6,7 +6,14 @@ Judged by the SGLang 0.5.23 suite (its scheduler loop on ``UnifiedRadixCache`` +
 
 from __future__ import annotations
 
-from mutants.common import Mutant, keyword, lookup_saved, recorder_call, transfer
+from mutants.common import (
+    Mutant,
+    keyword,
+    lookup_count,
+    lookup_saved,
+    recorder_call,
+    transfer,
+)
 
 ADAPTERS = "kvobs/adapters/sglang"
 SUITES = ((".venv-sglang/bin/python", "tests/engines/sglang0523"),)
@@ -74,6 +81,8 @@ def mutants() -> list[Mutant]:
         Mutant("host.store.keys:dropped", host,
                "inst.tier.store(need_size // inst.page, keys=inst.pages(indices))",
                "inst.tier.store(need_size // inst.page, keys=None)"),
+        # one lookup per request the PrefillAdder admits
+        *lookup_count(gpu, "    " + lookup),
         # the verdict's saving: a lookup's hits at the prefill cost
         *lookup_saved(("host",)),
     ]
