@@ -125,6 +125,8 @@ COUNTERS = {  # name in these tests -> LMCache's Prometheus series
     "evict_keys": "lmcache:local_cpu_evict_keys_count_total",
     "store_from_gpu_s": "lmcache:store_from_gpu_time_sum",
     "retrieve_to_gpu_s": "lmcache:retrieve_to_gpu_time_sum",
+    "store_from_gpu_n": "lmcache:store_from_gpu_time_count",
+    "retrieve_to_gpu_n": "lmcache:retrieve_to_gpu_time_count",
 }
 GAUGES = {
     "local_cache_usage": "lmcache:local_cache_usage",

@@ -23,7 +23,7 @@ from kvobs.adapters._hooks import MARKER
 from kvobs.adapters.lmcache import engine as engine_adapter
 from kvobs.adapters.lmcache import instrument_lmcache_engine
 from kvobs.recorder import Recorder
-from kvobs.testing import Conformance
+from kvobs.testing import Conformance, capture_telemetry
 from tests.engines.lmcache056.lmcache_objects import (
     CHUNK,
     CHUNK_BYTES,
@@ -193,6 +193,13 @@ def test_transfer_seconds_are_lmcaches_own_timings(run):
     snap, lm = run.rec.snapshot(), run.lmcache
     assert snap.link("gpu", "host").seconds == pytest.approx(lm["store_from_gpu_s"], rel=1e-9)
     assert snap.link("host", "gpu").seconds == pytest.approx(lm["retrieve_to_gpu_s"], rel=1e-9)
+    # one duration sample per timing LMCache took (its histograms' counts)
+    with capture_telemetry(run.rec) as telemetry:
+        durations = "kvobs_transfer_duration_seconds"
+        assert telemetry.value(durations, src_tier="gpu", dst_tier="host") == \
+            lm["store_from_gpu_n"] > 0
+        assert telemetry.value(durations, src_tier="host", dst_tier="gpu") == \
+            lm["retrieve_to_gpu_n"] > 0
     assert lm["store_from_gpu_s"] > 0 and lm["retrieve_to_gpu_s"] > 0
 
 
