@@ -206,7 +206,7 @@ def test_full_host_tier_drops_each_refused_chunk_once(tmp_path: Path) -> None:
     rec, inst, kit = instrumented(driver)
     manager = driver.offloading_manager
     refused: set[Any] = set()
-    offers = {"refused": 0}
+    offers = {"refused": 0, "failed_calls": 0}
     prepare_store, complete_store = manager.prepare_store, manager.complete_store
 
     def prepare_store_truth(keys: Any, req_context: Any) -> Any:  # outside kvobs: vLLM's answer
@@ -215,6 +215,7 @@ def test_full_host_tier_drops_each_refused_chunk_once(tmp_path: Path) -> None:
         out = prepare_store(keys, req_context)
         if out is None:
             offers["refused"] += len(new)
+            offers["failed_calls"] += 1
             refused.update(new)
         return out
 
@@ -238,6 +239,9 @@ def test_full_host_tier_drops_each_refused_chunk_once(tmp_path: Path) -> None:
     drops = rec.snapshot().link("gpu", "host").drops
     assert offers["refused"] > distinct > 0, "vLLM must re-offer refused chunks"
     assert drops == distinct
+    # vLLM's own count of refused offers (kv_offload_allocation_failure: one a call)
+    driver.take_scheduler_stats()
+    assert driver.vllm_allocation_failures == offers["failed_calls"] > 0
     assert_equals_vllm(rec, inst, driver)
 
 

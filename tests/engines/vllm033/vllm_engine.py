@@ -314,6 +314,7 @@ class EngineDriver:
         self.vllm_store_time = 0.0
         self.vllm_load_time = 0.0
         self.vllm_tiering: dict[str, float] = {}  # vllm:kv_offload_tiering_* counters
+        self.vllm_allocation_failures = 0  # vllm:kv_offload_allocation_failure
         self.reported_store_bytes = 0
         self.reported_load_bytes = 0
         self.kv_events: list[Any] = []
@@ -585,6 +586,8 @@ class EngineDriver:
                            ("vllm:kv_offload_load_time", "vllm_load_time")):
             for value in values.get(name, {}).values():
                 setattr(self, attr, getattr(self, attr) + value)
+        for value in values.get("vllm:kv_offload_allocation_failure", {}).values():
+            self.vllm_allocation_failures += value  # prepare_store calls vLLM saw refused
         types = data.get("types", {})
         for name, by_labels in values.items():
             if name.startswith("vllm:kv_offload_tiering_") and types.get(name) == "counter":
