@@ -58,6 +58,9 @@ class Curve:
     _points: tuple[tuple[float, float], ...] = ()  # (bound blocks, hit ratio), sorted
     capacity_blocks: float | None = None  # a fleet curve: its engines' configured capacity
     engines: int = 1  # a fleet curve: how many engines it sums
+    #: a fleet curve: the lowest share of blocks its engines' profiles tracked in the
+    #: window (1: every block, exact at the bucket bounds; None: not exported)
+    tracking_rate: float | None = None
 
     def hit_ratio(self, size_blocks: float) -> float:
         """Predicted hit ratio of block references for a cache of ``size_blocks``."""
@@ -85,8 +88,13 @@ def curve_from_trace(lines: IO[str], source: str = "trace",
                            else 1 << 16, keep_samples=True)
     for blocks, written in records:
         (profile.write if written else profile.reference)(blocks)
+    # beyond the limit, still exact if the profile never had to sample (every block fit)
+    exact = exact or (profile.tracking_rate == 1.0 and profile.forgotten == 0)
     return Curve(float(total), exact, source, _profile=profile)
 
+
+#: Read when present: whether the engines' profiles tracked every block (exact at bounds).
+TRACKING_SERIES = "kvobs_reuse_tracking_rate"
 
 #: The series a fleet's curve is read from (all four are needed).
 PROFILE_SERIES = (
@@ -151,6 +159,11 @@ def curves_from_prometheus(client: object, window: str = "1h",
     if not groups:
         raise ConfigError(f"no engine has every kvobs_reuse_* series in the last {window}"
                           f"{scope}: is its /metrics scraped whole?")
+    # optional (older kvobs versions do not export it): the lowest tracked share
+    for series in query(f"min_over_time({TRACKING_SERIES}{where}[{window}])"):
+        engine = engines.get(_identity(series.labels))
+        if engine is not None and series.samples:
+            engine["tracking"] = series.samples[-1][1]
     source = getattr(client, "base_url", "prometheus")
     return [_group_curve(members, capacity_blocks, source)
             for capacity_blocks, members in sorted(groups.items())]
@@ -187,8 +200,10 @@ def _group_curve(members: list[dict[str, Any]], capacity_blocks: float, source: 
         hits = sum(m["sampled"].get(le, 0.0) / m["rate"] for m in members)
         points.append((float(le), adjusted_hit_ratio(hits, every, references, 1.0)
                        if references > 0 else 0.0))
+    known = all("tracking" in m for m in members)
     return Curve(references, False, source, _points=tuple(points),
-                 capacity_blocks=capacity_blocks, engines=len(members))
+                 capacity_blocks=capacity_blocks, engines=len(members),
+                 tracking_rate=min(float(m["tracking"]) for m in members) if known else None)
 
 
 def host_hit_ratio(curve: Curve, gpu_blocks: float, host_blocks: float,

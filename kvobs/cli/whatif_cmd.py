@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**one, "curves": entries}, indent=2))
         return 0
     for curve, rows in answers:
-        kind = "exact LRU replay" if curve.exact else "sampled profile"
+        kind = "exact LRU replay" if curve.exact else _profile_kind(curve.tracking_rate)
         fleet = "" if curve.capacity_blocks is None else (
             f", {curve.engines} engine{'s' * (curve.engines != 1)} of "
             f"{curve.capacity_blocks:,.0f} blocks")
@@ -131,11 +131,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile_kind(tracking_rate: float | None) -> str:
+    """How a fleet curve was measured, as its engines' profiles say."""
+    if tracking_rate is None:
+        return "sampled profile"
+    if tracking_rate >= 1.0:
+        return "every block tracked: exact at the bucket bounds"
+    return f"sampled profile, {tracking_rate:g} of blocks tracked"
+
+
 def _json_entry(curve: Any, rows: list[dict[str, float]]) -> dict[str, Any]:
     entry: dict[str, Any] = {"source": curve.source, "references": curve.references,
                              "exact": curve.exact, "sizes": rows}
     if curve.capacity_blocks is not None:
-        entry.update(capacity_blocks=curve.capacity_blocks, engines=curve.engines)
+        entry.update(capacity_blocks=curve.capacity_blocks, engines=curve.engines,
+                     tracking_rate=curve.tracking_rate)
     return entry
 
 

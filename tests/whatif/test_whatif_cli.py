@@ -117,3 +117,26 @@ def test_demo_trace_out_feeds_whatif(tmp_path):
     refs = references(trace)
     assert [round(row["hit_ratio"], 9) for row in answer["sizes"]] == \
         [round(exact_lru_hit_ratio(refs, size), 9) for size in (256, 1280)]
+
+
+def test_a_trace_past_the_exact_limit_is_exact_while_every_block_fits(chat_trace):
+    """Past the exact replay's limit the profile samples only once the blocks in use
+    outgrow its bound; a trace whose blocks all fit is still answered exactly."""
+    from kvobs.whatif import curve_from_trace
+
+    events = references(chat_trace)
+    with chat_trace.open() as lines:
+        curve = curve_from_trace(lines, exact_limit=10)   # far below the trace's references
+    assert curve.exact
+    for size in (64, 300, 1000):
+        assert curve.hit_ratio(size) == pytest.approx(exact_lru_hit_ratio(events, size),
+                                                      abs=1e-12)
+
+
+@pytest.mark.parametrize(("share", "words"), [
+    (None, "sampled profile"), (1.0, "every block tracked: exact at the bucket bounds"),
+    (0.25, "sampled profile, 0.25 of blocks tracked")])
+def test_a_fleet_curve_says_how_it_was_measured(share, words):
+    from kvobs.cli.whatif_cmd import _profile_kind
+
+    assert _profile_kind(share) == words

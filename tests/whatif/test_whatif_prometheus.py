@@ -86,6 +86,7 @@ def test_one_curve_per_capacity_equal_to_exact_lru(fleet: str) -> None:
     answer = json.loads(result.stdout)
     curves = answer["curves"]
     assert [(c["capacity_blocks"], c["engines"]) for c in curves] == [(64, 2), (200, 1)]
+    assert [c["tracking_rate"] for c in curves] == [1.0, 1.0]  # every block tracked
     for curve, names in zip(curves, (["a", "b"], ["c"]), strict=True):
         bounds = [row["blocks"] for row in curve["sizes"]]
         assert bounds[0] == max(1, round(curve["capacity_blocks"] / 8))
@@ -96,6 +97,7 @@ def test_one_curve_per_capacity_equal_to_exact_lru(fleet: str) -> None:
                                                      abs=0.01), (names, row)
     table = kvobs_cli("whatif", "--prometheus", fleet, "--window", "10m", "--sizes", "64")
     assert "2 engines of 64 blocks" in table.stdout and "1 engine of 200 blocks" in table.stdout
+    assert table.stdout.count("every block tracked: exact at the bucket bounds") == 2
 
 
 def test_a_missing_series_is_named(fleet: str) -> None:
