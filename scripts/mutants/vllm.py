@@ -178,6 +178,13 @@ def mutants() -> list[Mutant]:
         Mutant("plugin.dp_rank(data_parallel_index):dropped", f"{ADAPTERS}/plugin.py",
                'int(index or getattr(parallel, "data_parallel_rank", 0) or 0)',
                'int(getattr(parallel, "data_parallel_rank", 0) or 0)'),
+        # a worker that counts its own transfers (no scheduler in its process counts them)
+        *transfer("transfer(worker counts)", worker, "link.transfer(chunks, size, seconds)",
+                  "chunks", "size", indent="            "),
+        # step timing: the measured prefill cost's samples
+        *recorder_call("step.seconds", f"{ADAPTERS}/steps.py",
+                       "inst.rec.step(perf_counter() - at, prefill, decode)",
+                       "perf_counter() - at"),
         # the verdict's saving: a lookup's hits at the prefill cost
         *lookup_saved(("host", "disk")),
     ]
