@@ -76,3 +76,12 @@ def lookup_saved(tiers: tuple[str, ...] = ("host", "disk")) -> list[Mutant]:
     return [mutant for tier in tiers for mutant in counter_add(
         f"lookup.saved({tier})", "kvobs/recorder.py", LOOKUP_SAVED, f"{tier}_hit * cost")]
 
+
+def keys_argument(event: str, path: str, call: str, keys: str,
+                  doubled: str | None = None) -> list[Mutant]:
+    """The ``keys=`` argument in ``call`` dropped (``keys=None``: the thrash, residency and
+    reuse trackers see nothing) and, given ``doubled``, replaced by it (every key twice)."""
+    variants = [("dropped", "None"), *([("doubled", doubled)] if doubled else [])]
+    return [Mutant(f"{event}.keys:{name}", path, call,
+                   call.replace(f"keys={keys}", f"keys={new}", 1)) for name, new in variants]
+

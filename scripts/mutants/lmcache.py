@@ -5,6 +5,7 @@ from __future__ import annotations
 from mutants.common import (
     Mutant,
     counter_add,
+    keys_argument,
     keyword,
     lookup_count,
     lookup_saved,
@@ -56,15 +57,11 @@ def mutants() -> list[Mutant]:
         *recorder_call("offload.seconds", engine, "inst.offload.timed(seconds)", "seconds"),
         *recorder_call("onload.seconds", engine, "inst.onload.timed(seconds)", "seconds"),
         # the keys the thrash tracker classifies offloads by (every retrieval an onload)
-        Mutant("host.reuse(batch).keys:dropped", backend,
-               "inst.tier.reuse(len(objs), keys=keys[: len(objs)])",
-               "inst.tier.reuse(len(objs), keys=None)"),
-        Mutant("host.reuse(get).keys:dropped", backend, "inst.tier.reuse(1, keys=(key,))",
-               "inst.tier.reuse(1, keys=None)"),
-        Mutant("host.reuse(get).keys:doubled", backend, "inst.tier.reuse(1, keys=(key,))",
-               "inst.tier.reuse(1, keys=(key, key))"),
-        Mutant("host.store.keys:dropped", backend,
-               "inst.tier.store(1, keys=(key,))", "inst.tier.store(1, keys=None)"),
+        *keys_argument("host.reuse(batch)", backend,
+                       "inst.tier.reuse(len(objs), keys=keys[: len(objs)])", "keys[: len(objs)]"),
+        *keys_argument("host.reuse(get)", backend, "inst.tier.reuse(1, keys=(key,))", "(key,)",
+                       "(key, key)"),
+        *keys_argument("host.store", backend, "inst.tier.store(1, keys=(key,))", "(key,)"),
         # the verdict's saving: a lookup's hits at the prefill cost
         *lookup_saved(("host", "disk")),
     ]

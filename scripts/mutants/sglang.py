@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from mutants.common import (
     Mutant,
+    keys_argument,
     keyword,
     lookup_count,
     lookup_saved,
@@ -72,15 +73,11 @@ def mutants() -> list[Mutant]:
         *transfer("transfer", host, "link.transfer(tokens // host.page, nbytes)",
                   "tokens // host.page", "nbytes", indent="            "),
         # the keys the thrash tracker classifies offloads by (every load-back an onload)
-        Mutant("host.reuse.keys:dropped", host,
-               "host.tier.reuse(pages, keys=host.pages(host_indices))",
-               "host.tier.reuse(pages, keys=None)"),
-        Mutant("host.reuse.keys:doubled", host,
-               "host.tier.reuse(pages, keys=host.pages(host_indices))",
-               "host.tier.reuse(pages, keys=host.pages(host_indices) * 2)"),
-        Mutant("host.store.keys:dropped", host,
-               "inst.tier.store(need_size // inst.page, keys=inst.pages(indices))",
-               "inst.tier.store(need_size // inst.page, keys=None)"),
+        *keys_argument("host.reuse", host, "host.tier.reuse(pages, keys=host.pages(host_indices))",
+                       "host.pages(host_indices)", "host.pages(host_indices) * 2"),
+        *keys_argument("host.store", host,
+                       "inst.tier.store(need_size // inst.page, keys=inst.pages(indices))",
+                       "inst.pages(indices)"),
         # one lookup per request the PrefillAdder admits
         *lookup_count(gpu, "    " + lookup),
         # the verdict's saving: a lookup's hits at the prefill cost

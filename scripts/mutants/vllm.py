@@ -5,6 +5,7 @@ from __future__ import annotations
 from mutants.common import (
     Mutant,
     counter_add,
+    keys_argument,
     keyword,
     lookup_count,
     lookup_saved,
@@ -85,16 +86,14 @@ def mutants() -> list[Mutant]:
         *recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
                        "cached"),
         # the keys the thrash tracker classifies offloads by (reused / evicted unused)
-        Mutant("host.store.keys:dropped", host,
-               "inst.tier.store(landed, keys=keys if landed == len(keys) else None)",
-               "inst.tier.store(landed, keys=None)"),
-        Mutant("host.reuse.keys:dropped", host, "inst.tier.reuse(idle, keys=keys)",
-               "inst.tier.reuse(idle, keys=None)"),
-        Mutant("host.reuse.keys:doubled", host, "inst.tier.reuse(idle, keys=keys)",
-               "inst.tier.reuse(idle, keys=[*keys, *keys])"),
-        Mutant("host.evict.keys:dropped", host,
-               'keys=output.evicted_keys)\n\n\n#: Chunks being written',
-               'keys=None)\n\n\n#: Chunks being written'),
+        *keys_argument("host.store", host,
+                       "inst.tier.store(landed, keys=keys if landed == len(keys) else None)",
+                       "keys if landed == len(keys) else None"),
+        *keys_argument("host.reuse", host, "inst.tier.reuse(idle, keys=keys)", "keys",
+                       "[*keys, *keys]"),
+        *keys_argument("host.evict", host,
+                       'keys=output.evicted_keys)\n\n\n#: Chunks being written',
+                       "output.evicted_keys"),
         # transfers: one per job vLLM's connector completes (in the manager's calls), bytes
         # and seconds as the workers report them (OffloadingConnectorScheduler)
         *job_transfer("transfer(store)", host, "stores.transfer(len(keys), 0)"),
