@@ -202,7 +202,15 @@ class ReuseProfile:
     @property
     def tracking_rate(self) -> float:
         """The share of blocks tracked now: 1 (every block: exact distances) down to
-        :attr:`rate` as ``max_keys`` fills (adaptive), or :attr:`rate` throughout."""
+        :attr:`rate` as ``max_keys`` fills (adaptive), or :attr:`rate` throughout.
+
+        Example:
+            >>> profile = ReuseProfile(64, rate=0.25, max_keys=8)
+            >>> profile.reference(range(4)); profile.tracking_rate, profile.sampled
+            (1.0, 1.0)
+            >>> profile.reference(range(4, 100)); profile.tracking_rate
+            0.25
+        """
         track = self._core.track if self._core is not None else self._track
         return self.rate if track == self._threshold else track / _SPACE
 
