@@ -100,12 +100,13 @@ def profile_of(events: list[Event], capacity: int, max_keys: int = DEFAULT_MAX_K
 
 
 def errors(events: list[Event], capacity: int, salts: int, exact: dict[int, float],
-           **settings: object) -> tuple[list[float], float]:
+           max_keys: int = DEFAULT_MAX_KEYS,
+           adaptive: bool = True) -> tuple[list[float], float]:
     """|profile - exact| at every bucket bound, for every salt; the lowest tracking rate
     at the end."""
     out, tracking = [], 1.0
     for salt in range(salts):
-        profile = profile_of(salted(events, salt), capacity, **settings)  # type: ignore[arg-type]
+        profile = profile_of(salted(events, salt), capacity, max_keys, adaptive)
         tracking = min(tracking, profile.tracking_rate)
         for bound in profile.bounds:
             if bound not in exact:

@@ -630,21 +630,23 @@ static void reuse_compact(ReuseCore *self)
     self->clock = n;
 }
 
+/* Track the keys below `track` (threshold <= track <= SPACE): the scale of a distance and
+ * what a counted reference adds follow from it (at threshold: the rate's own weight, 1). */
+static void reuse_set_track(ReuseCore *self, uint64_t track)
+{
+    int at_rate = track == self->threshold;
+    self->track = track;
+    self->track_weight = at_rate ? self->weight : (double)(REUSE_LOW_BITS + 1) / (double)track;
+    self->count_weight = at_rate ? 1.0 : self->track_weight / self->weight;
+}
+
 /* Halve `track` (not below threshold) and drop the live keys above it, until fewer than
  * max_keys keys are live or track is down to threshold. */
 static void reuse_lower_track(ReuseCore *self)
 {
     while (self->live >= self->max_keys && self->track > self->threshold) {
         uint64_t half = self->track / 2;
-        if (half <= self->threshold) {
-            self->track = self->threshold;
-            self->track_weight = self->weight;
-            self->count_weight = 1.0;
-        } else {
-            self->track = half;
-            self->track_weight = (double)(REUSE_LOW_BITS + 1) / (double)half;
-            self->count_weight = self->track_weight / self->weight;
-        }
+        reuse_set_track(self, half > self->threshold ? half : self->threshold);
         for (Py_ssize_t s = 0; s < self->clock; s++) {
             uint64_t key = self->slot_key[s];
             if (!slot_live(self, s) || (key & REUSE_LOW_BITS) < self->track)
@@ -933,10 +935,7 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     self->max_keys = max_keys;
     self->threshold = threshold;
     self->weight = weight;
-    self->track = track;
-    self->track_weight = track == threshold ? weight
-                                            : (double)(REUSE_LOW_BITS + 1) / (double)track;
-    self->count_weight = track == threshold ? 1.0 : self->track_weight / weight;
+    reuse_set_track(self, track);
     /* the reference numbers cap scaled distances: kept whenever a distance may be scaled */
     self->sampling = weight > 1.0 || track > threshold;
     self->n_bounds = nb;

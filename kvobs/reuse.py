@@ -159,12 +159,7 @@ class ReuseProfile:
         self._weight = 1.0 / rate
         # tracked (recency kept, distances measured among them): from every block, halved
         # down to the counted ones as max_keys fills
-        self._track = _SPACE if adaptive else self._threshold
-        self._track_weight = 1.0 if adaptive and self._threshold < _SPACE else self._weight
-        # what a counted reference adds to the counts, in samples at the rate (the
-        # exported unit): 1 at the rate, 1/16 at rate 1/16 while every block is tracked
-        self._count_weight = self._track_weight / self._weight \
-            if self._track != self._threshold else 1.0
+        self._set_track(_SPACE if adaptive else self._threshold)
         self._lock = threading.Lock()
         self.samples: list[float] | None = [] if keep_samples else None
         self._sample_weights: list[float] = []  # with keep_samples: each one's weight
@@ -332,17 +327,21 @@ class ReuseProfile:
             self.samples.append(float("inf") if distance is None else distance)
             self._sample_weights.append(self._count_weight)
 
+    def _set_track(self, track: int) -> None:
+        """Track the blocks whose hash bits fall below ``track``: the scale of a distance
+        and what a counted reference adds to the counts, in samples at the rate (the
+        exported unit: 1 at the rate, 1/16 at rate 1/16 while every block is tracked),
+        follow from it."""
+        at_rate = track == self._threshold
+        self._track = track
+        self._track_weight = self._weight if at_rate else _SPACE / track
+        self._count_weight = 1.0 if at_rate else self._track_weight / self._weight
+
     def _lower_track(self) -> None:
         """Halve the tracked share (not below the rate) and drop the blocks above it, until
         fewer than ``max_keys`` are tracked or it is down to the rate."""
         while len(self._last) >= self.max_keys and self._track > self._threshold:
-            half = self._track // 2
-            if half <= self._threshold:
-                self._track, self._track_weight = self._threshold, self._weight
-                self._count_weight = 1.0
-            else:
-                self._track, self._track_weight = half, _SPACE / half
-                self._count_weight = self._track_weight / self._weight
+            self._set_track(max(self._track // 2, self._threshold))
             for bits in [b for b in self._last if b & _LOW_BITS >= self._track]:
                 del self._last[bits]
                 self._when.pop(bits, None)

@@ -276,7 +276,8 @@ class EngineDriver:
     ``OffloadingConnectorStats``), ``vllm_tiering`` (its tiering manager's counters,
     ``vllm:kv_offload_tiering_*`` summed over tiers), ``kv_events`` (every
     ``BlockStored`` / ``BlockRemoved`` vLLM published), and the host blocks' stays from
-    those events and vLLM's load jobs (:meth:`_observe_host_stays`): ``host_onloads``
+    those events and vLLM's load jobs (:meth:`_observe_host_stays`,
+    :meth:`_observe_host_load`): ``host_onloads``
     (chunks loaded back while stored), ``host_reused`` (stays with a load),
     ``host_evicted_unused`` (stays removed with none), and in steps (the step a stay
     began, its last use): ``host_residency`` (the length of each ended stay) and
@@ -318,8 +319,8 @@ class EngineDriver:
         self.reported_store_bytes = 0
         self.reported_load_bytes = 0
         self.kv_events: list[Any] = []
-        self.host_stays: dict[Any, bool] = {}  # CPU block hash -> loaded back since stored
-        self.host_since: dict[Any, tuple[int, int]] = {}  # -> (stored at, last used at)
+        #: CPU block hash -> (step stored, step last used, loaded back since stored)
+        self.host_stays: dict[Any, tuple[int, int, bool]] = {}
         self.host_residency: list[int] = []
         self.host_reuse_gaps: list[int] = []
         self.host_onloads = 0
@@ -470,47 +471,47 @@ class EngineDriver:
             chunk_bytes = size // num if num else 0
         return chunks * chunk_bytes
 
-    def _observe_host_stays(self, load_job: int | None = None) -> None:
+    def _observe_host_load(self, load_job: int) -> None:
+        """A block's stay in host memory (:meth:`_observe_host_stays`) is loaded back when a
+        load job vLLM's connector scheduler created covers its offload key
+        (``TransferJobStatus.keys``, named in events by vLLM's own
+        ``get_offload_block_hash`` / ``maybe_convert_block_hash``); called as each load is
+        submitted, after ``schedule()``."""
+        stays, now = self.host_stays, self.steps
+        for key in self.connector_scheduler._jobs[load_job].keys:
+            block = maybe_convert_block_hash(BlockHash(get_offload_block_hash(key)))
+            stay = stays.get(block)
+            if stay is not None:
+                born, used, reused = stay
+                self.host_onloads += 1
+                self.host_reuse_gaps.append(now - used)
+                self.host_reused += not reused
+                stays[block] = (born, now, True)
+
+    def _observe_host_stays(self) -> None:
         """A block's stay in host memory as vLLM tells it: from its CPU-medium
         ``BlockStored`` event to its ``BlockRemoved`` (``AllBlocksCleared``: every stay
-        ends), loaded back when a load job vLLM's connector scheduler created covers its
-        offload key (``TransferJobStatus.keys``, named in events by vLLM's own
-        ``get_offload_block_hash`` / ``maybe_convert_block_hash``). Called with
-        ``load_job`` as each load is submitted (after ``schedule()``), and with none after
-        ``update_from_output()`` for that step's events: a chunk being loaded is pinned,
-        so no event of the same step can end its stay first."""
-        stays, since, now = self.host_stays, self.host_since, self.steps
-        if load_job is not None:
-            for key in self.connector_scheduler._jobs[load_job].keys:
-                block = maybe_convert_block_hash(BlockHash(get_offload_block_hash(key)))
-                if block in stays:
-                    self.host_onloads += 1
-                    born, used = since[block]
-                    self.host_reuse_gaps.append(now - used)
-                    since[block] = (born, now)
-                    if not stays[block]:
-                        stays[block] = True
-                        self.host_reused += 1
-            return
+        ends). Called after ``update_from_output()`` for that step's events, after the
+        step's loads (:meth:`_observe_host_load`): a chunk being loaded is pinned, so no
+        event of the same step can end its stay first."""
+        stays, now = self.host_stays, self.steps
         for event in self.kv_events[self._events_seen:]:
             kind = type(event).__name__
             if kind == "AllBlocksCleared":
                 stays.clear()
-                since.clear()
             elif getattr(event, "medium", None) == "CPU":
                 for block in event.block_hashes:
                     if kind == "BlockStored":
-                        stays[block] = False
-                        since[block] = (now, now)
+                        stays[block] = (now, now, False)
                     elif kind == "BlockRemoved" and block in stays:
-                        if not stays.pop(block):
-                            self.host_evicted_unused += 1
-                        self.host_residency.append(now - since.pop(block)[0])
+                        born, _, reused = stays.pop(block)
+                        self.host_evicted_unused += not reused
+                        self.host_residency.append(now - born)
         self._events_seen = len(self.kv_events)
 
     def _submit(self, job_id: int, is_store: bool, job: Any, delay: int) -> None:
         if not is_store and self.scheduler.kv_event_publisher is not None:
-            self._observe_host_stays(load_job=job_id)
+            self._observe_host_load(job_id)
         spec = job.dst_spec if is_store else job.src_spec  # the CPU side: chunk ids
         self.in_flight[job_id] = (is_store, frozenset(int(i) for i in spec.block_ids))
         share = self._job_bytes(job, is_store) // self.workers  # each worker moves its shard
