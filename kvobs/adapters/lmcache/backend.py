@@ -63,6 +63,11 @@ class LMCacheInstrumentation(Instrumentation):
         keyed: feed the reuse profile (the engine sets it: a profile is kept and
             lookups are not layerwise); ``probe_keys`` are then the keys the running
             lookup asked for.
+        refusals: ``allocate`` calls that returned None (no room, nothing evictable), in
+            any thread: the engine's ``store`` reads it before and after a call, and
+            looks closer only when it moved (:mod:`kvobs.adapters.lmcache.engine`).
+        refused_in: per thread ident, the value of ``refusals`` that thread's latest
+            refused ``allocate`` made (written on that rare path only).
     """
 
     def __init__(self, backend: Any, rec: Recorder | None, tier: TierRecorder,
@@ -78,6 +83,21 @@ class LMCacheInstrumentation(Instrumentation):
         self.probe_keys: Sequence[Any] | None = None
         self._recent: set[int] = set()            # chunk hashes looked up lately...
         self._older: set[int] = set()             # ...and the generation before
+        self.refusals = 0
+        self.refused_in: dict[int, int] = {}
+
+    def refused(self) -> None:
+        """An ``allocate`` returned None: note it, and which thread it failed in (so a
+        ``store`` running in that thread knows its chunks were cut short).
+
+        Example:
+            >>> inst = LMCacheInstrumentation(object(), None, TierRecorder("host", 4, 16, 1),
+            ...                               False, 16)
+            >>> inst.refused(); inst.refusals, list(inst.refused_in.values())
+            (1, [1])
+        """
+        self.refusals += 1
+        self.refused_in[threading.get_ident()] = self.refusals
 
     def looked_up(self, keys: Sequence[Any]) -> list[int]:
         """The chunk hashes of a lookup's ``keys``, remembered as looked up (so their
@@ -125,6 +145,8 @@ def _allocated(inst: LMCacheInstrumentation, state: None, obj: Any, *args: Any,
                **kwargs: Any) -> None:
     if obj is not None:
         inst.tier.allocate(1)
+    else:                                 # no room: the engine's store counts the drops
+        inst.refused()
 
 
 def _batch_allocated(inst: LMCacheInstrumentation, state: None, objs: Any, *args: Any,

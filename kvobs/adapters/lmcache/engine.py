@@ -19,7 +19,21 @@ lookup client), ``retrieve``, ``lookup_unpin``, ``store``, ``clear``. kvobs wrap
   ``retrieve`` loads, with their ``MemoryObj`` bytes;
 * the stats monitor's ``on_store_finished`` / ``on_retrieve_finished``: their seconds are
   LMCache's own ``from_gpu_time`` / ``to_gpu_time`` (its timing around the connector
-  call; kvobs times nothing itself).
+  call; kvobs times nothing itself);
+* the engine's ``store``: each chunk it drops is one ``drop`` on the gpu->host link.
+  LMCache allocates a store's chunks one by one in the ``LocalCPUBackend``; when one
+  allocation returns None (no free room and nothing evictable: chunks pinned or in use)
+  it stops there, and that chunk and every later one of the call are not stored (with
+  none allocated, it returns before copying anything). kvobs does not re-derive
+  LMCache's chunking: the backend's ``allocate`` hook notes a refusal (a counter and the
+  failing thread), the ``store`` hook compares that counter before and after the call
+  (the whole cost when nothing failed), and only when a refusal happened in the storing
+  thread during the call asks LMCache's own ``token_database.process_tokens`` (pure: it
+  only hashes) for the call's non-empty chunks, less those the call copied (its
+  ``batched_from_gpu``, seen by the connector hook in the same thread; none when the
+  first allocation failed). Stores LMCache skips (unhealthy, passive, frozen) allocate
+  nothing and count nothing; without an instrumented GPU connector nothing is counted
+  (the copied chunks would be unknown).
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ from kvobs.adapters._hooks import (
     warn_once,
 )
 from kvobs.adapters.lmcache.backend import LMCacheInstrumentation, instrument_local_cpu_backend
+from kvobs.events import NULL_LINK, LinkEvents
 from kvobs.recorder import Recorder
 from kvobs.tiers import GPU, HOST
 
@@ -54,6 +69,13 @@ class LMCacheEngineInstrumentation(Instrumentation):
             while it is not instrumented: every hit then counts as a host hit).
         tier_name: the tier the backend counts as.
         capacity_blocks: the capacity passed on to the backend's tier (None: read it).
+        offload: the gpu->host link, where a ``store``'s dropped chunks count.
+        copies_seen: the GPU connector's copies are counted (its hook fills ``copied``);
+            without them a store's drops cannot be told from its stored chunks.
+        copied: per thread ident, ``(chunks, refusals)`` of that thread's latest
+            ``batched_from_gpu`` made while some thread's ``allocate`` refusal is
+            outstanding (``backend.refused_in`` not empty): the chunks it copied and the
+            backend's refusal counter then.
     """
 
     def __init__(self, engine: Any, rec: Recorder, active: bool, tier_name: str,
@@ -65,6 +87,9 @@ class LMCacheEngineInstrumentation(Instrumentation):
         self.chunk_tokens = int(engine.config.chunk_size) if active else 0
         # a layerwise lookup asks for one key per layer of each chunk
         self.keys_per_chunk = int(engine.num_layers) if active and engine.use_layerwise else 1
+        self.offload: LinkEvents = rec.link(GPU, tier_name) if active else NULL_LINK
+        self.copies_seen = False
+        self.copied: dict[int, tuple[int, int]] = {}
 
     def attach_backend(self) -> None:
         """Instrument the engine's ``LocalCPUBackend`` (once it exists)."""
@@ -96,6 +121,43 @@ class LMCacheEngineInstrumentation(Instrumentation):
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 
+    def copy_seen(self, backend: LMCacheInstrumentation, chunks: int) -> None:
+        """The GPU connector copied ``chunks`` for a ``store`` while an ``allocate``
+        refusal is outstanding (the connector hook tests that first): remembered if the
+        refusal was in this thread, with the backend's refusal counter now."""
+        ident = threading.get_ident()
+        if ident in backend.refused_in:
+            self.copied[ident] = (chunks, backend.refusals)
+
+    def count_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
+                    hashes: Any, offsets: Any, mask: Any, request_configs: Any) -> int:
+        """Count, on the gpu->host link, the chunks of a ``store`` call that LMCache did
+        not store, and return how many; called after the call when the backend's
+        refusal counter (``refusals`` before it) moved.
+
+        The call dropped chunks only if an ``allocate`` in this thread was refused during
+        it (a later refusal than ``refusals``) and LMCache's allocations go to this
+        backend; then it stored the chunks its connector copied during it (a copy noted
+        after ``refusals``, else none) and dropped every other non-empty chunk LMCache's
+        ``process_tokens`` makes of the same arguments.
+        """
+        ident = threading.get_ident()
+        refused_at = backend.refused_in.pop(ident, 0)
+        copied, stamp = self.copied.pop(ident, (0, 0))
+        if refused_at <= refusals:        # another thread's refusal, or an older one
+            return 0
+        if getattr(self.target.storage_manager, "allocator_backend", None) is not \
+                backend.target:           # the store allocates elsewhere (PD): not its own
+            return 0
+        stored = copied if stamp > refusals else 0
+        chunks = sum(1 for start, end, _key in self.target.token_database.process_tokens(
+            tokens, hashes, offsets, mask, request_configs=request_configs) if end > start)
+        dropped = chunks - stored
+        if dropped > 0:
+            self.offload.drop(dropped)
+            return dropped
+        return 0
+
 
 # --- readers of the engine ------------------------------------------------------------
 
@@ -126,6 +188,24 @@ def _looked_up(inst: LMCacheEngineInstrumentation, tokens: int | None, hit: int,
     inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host, keys=keys)
 
 
+def _storing(inst: LMCacheEngineInstrumentation, tokens: Any = None, hashes: Any = None,
+             offsets: Any = None, mask: Any = None, *args: Any, **kwargs: Any) -> int | None:
+    backend = inst.backend
+    if backend is None or not inst.copies_seen:
+        return None
+    return backend.refusals
+
+
+def _stored(inst: LMCacheEngineInstrumentation, refusals: int | None, result: Any,
+            tokens: Any = None, hashes: Any = None, offsets: Any = None, mask: Any = None,
+            *args: Any, **kwargs: Any) -> None:
+    backend = inst.backend
+    if refusals is None or backend is None or backend.refusals == refusals:
+        return                            # nothing refused: every chunk was stored
+    inst.count_drops(backend, refusals, tokens, hashes, offsets, mask,
+                     kwargs.get("request_configs"))
+
+
 def _optional(target: Any, spec: AdapterSpec,
               make: Callable[[bool], Instrumentation]) -> list[Instrumentation]:
     """``[instrument(target, spec, make)]``, or ``[]`` with one warning when ``target``
@@ -147,8 +227,10 @@ SPEC = AdapterSpec(COMPONENT, ("LMCacheEngine",), (
     Hook("lookup", ("tokens", "hashes", "offsets"), "lookup", before=_looking_up,
          after=_looked_up),
     Hook("post_init", (), "track", after=_post_inited),
+    Hook("store", ("tokens", "hashes", "offsets", "mask"), "drop", before=_storing,
+         after=_stored),
 ), state=("config.chunk_size", "storage_manager", "gpu_connector", "stats_monitor",
-          "use_layerwise", "num_layers", "is_healthy"))
+          "use_layerwise", "num_layers", "is_healthy", "token_database"))
 
 
 # --- readers of the GPU connector (the copies) -------------------------------------------
@@ -157,10 +239,11 @@ class _LinkInstrumentation(Instrumentation):
     """Wrappers whose events go to the engine's transfer links."""
 
     def __init__(self, target: Any, component: str, active: bool, rec: Recorder,
-                 tier_name: str) -> None:
+                 tier_name: str, engine: LMCacheEngineInstrumentation | None = None) -> None:
         super().__init__(target, component, active, rec)
         self.offload = rec.link(GPU, tier_name)
         self.onload = rec.link(tier_name, GPU)
+        self.engine = engine              # the connector's engine: its copies tell drops
 
 
 def _chunks(memory_objs: Any) -> tuple[int, int]:
@@ -176,6 +259,11 @@ def _copied_from_gpu(inst: _LinkInstrumentation, state: None, result: Any, memor
     chunks, nbytes = _chunks(memory_objs)
     if chunks:
         inst.offload.transfer(chunks, nbytes)
+    engine = inst.engine
+    if engine is not None:                # an allocation was refused: the store counts drops
+        backend = engine.backend
+        if backend is not None and backend.refused_in:
+            engine.copy_seen(backend, chunks)
 
 
 def _copied_to_gpu(inst: _LinkInstrumentation, state: None, result: Any,
@@ -256,7 +344,8 @@ def instrument_lmcache_engine(engine: Any, rec: Recorder, *, tier: str = HOST,
     connector = engine.gpu_connector
     if connector is not None:             # None in a scheduler-side engine
         links += _optional(connector, CONNECTOR_SPEC, lambda active: _LinkInstrumentation(
-            connector, CONNECTOR_COMPONENT, active, rec, tier))
+            connector, CONNECTOR_COMPONENT, active, rec, tier, inst))
+        inst.copies_seen = bool(links) and links[0].active
     monitor = engine.stats_monitor         # one per process: with two engines, the
     if getattr(monitor, MARKER, None) is None:    # first one's links get the seconds
         links += _optional(monitor, MONITOR_SPEC, lambda active: _LinkInstrumentation(

@@ -26,7 +26,7 @@ the number of chunks its backend holds when it first evicts.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,10 +48,12 @@ INSTANCE = "vllm-instance"
 
 class PagedCopyStandIn(GPUConnectorInterface):
     """Stand-in for the GPU connector's byte copy (not LMCache's code): copies between a
-    CPU paged KV tensor (``kvcaches``) and memory objects, per chunk, by slot mapping."""
+    CPU paged KV tensor (``kvcaches``) and memory objects, per chunk, by slot mapping.
+    A test may set ``during_copy`` to run something while a ``store`` copies."""
 
     def __init__(self) -> None:
         self.kvcaches: Any = None
+        self.during_copy: Callable[[], None] | None = None   # run inside batched_from_gpu
 
     def get_shape(self, num_tokens: int) -> torch.Size:
         return torch.Size([2, LAYERS, num_tokens, HEADS * DIM])
@@ -63,6 +65,8 @@ class PagedCopyStandIn(GPUConnectorInterface):
         self.batched_from_gpu([memory_obj], [start], [end], **kwargs)
 
     def batched_from_gpu(self, memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> None:
+        if self.during_copy is not None:
+            self.during_copy()
         paged, slots = kwargs["kvcaches"], kwargs["slot_mapping"]
         for obj, start, end in zip(memory_objs, starts, ends, strict=True):
             obj.tensor.copy_(paged[:, :, slots[start:end]].reshape(2, LAYERS, end - start,
@@ -77,16 +81,19 @@ class PagedCopyStandIn(GPUConnectorInterface):
 
 
 def build_engine(host_chunks: int = HOST_CHUNKS, instance: str = INSTANCE,
-                 disk_dir: str | None = None, layerwise: bool = False) -> LMCacheEngine:
+                 disk_dir: str | None = None, layerwise: bool = False,
+                 save_unfull_chunk: bool = False) -> LMCacheEngine:
     """An engine as the connector's worker builds it (``get_or_create``); the connector's
     ``register_kv_caches`` runs its ``post_init`` later. With ``disk_dir``, LMCache's
     ``LocalDiskBackend`` (64 chunks there) sits behind the CPU backend; ``layerwise``: its
-    ``use_layerwise`` (one memory object per layer of a chunk)."""
+    ``use_layerwise`` (one memory object per layer of a chunk); ``save_unfull_chunk``:
+    a prompt's partial last chunk is stored too (LMCache's setting; the connector's
+    ``discard_partial_chunks`` would not hand it over)."""
     disk = {} if disk_dir is None else {
         "local_disk": f"file://{disk_dir}/", "max_local_disk_size": 64 * CHUNK_BYTES / 1024**3}
     config = LMCacheEngineConfig.from_defaults(
         chunk_size=CHUNK, local_cpu=True, max_local_cpu_size=host_chunks * CHUNK_BYTES / 1024**3,
-        save_unfull_chunk=False, enable_kv_events=True, use_layerwise=layerwise, **disk)
+        save_unfull_chunk=save_unfull_chunk, enable_kv_events=True, use_layerwise=layerwise, **disk)
     metadata = LMCacheMetadata(model_name="tiny-llama", world_size=1, local_world_size=1,
                                worker_id=0, local_worker_id=0, kv_dtype=torch.float16,
                                kv_shape=(LAYERS, 2, CHUNK, HEADS, DIM), role="worker",
