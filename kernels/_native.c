@@ -397,6 +397,7 @@ typedef struct {
     long long refs;               /* every reference seen, sampled or not, counted or not */
     int sampling;                 /* a distance may be scaled: slot_when kept */
     int tuple_hash_ok;            /* the replica below equals hash((key,)) here */
+    int busy;                     /* calls reading keys (a key's __hash__ runs Python) */
 } ReuseCore;
 
 static uint64_t tuple1_hash(uint64_t lane)
@@ -746,8 +747,8 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t whe
  * the cache misses of a call's keys overlap instead of following one another. */
 #define REUSE_STACK_KEYS 64
 
-/* Sample and profile `keys` (counted, or written); -1 with an exception set on failure. */
-static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
+/* reuse_record's work, `busy` held. */
+static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
 {
     PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
     if (fast == NULL)
@@ -759,11 +760,12 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
     int64_t stack_at[REUSE_STACK_KEYS];
     uint64_t *picked = stack;
     int64_t *picked_at = stack_at;
+    const int sampling = self->sampling; /* fixed while `busy`; the buffers follow it */
     if (n > REUSE_STACK_KEYS) {
         picked = PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
-        picked_at = self->sampling ? PyMem_Malloc(sizeof(int64_t) * (size_t)n) : NULL;
+        picked_at = sampling ? PyMem_Malloc(sizeof(int64_t) * (size_t)n) : NULL;
     }
-    if (picked == NULL || (self->sampling && picked_at == NULL)) {
+    if (picked == NULL || (sampling && picked_at == NULL)) {
         if (picked != stack) {
             PyMem_Free(picked);
             PyMem_Free(picked_at);
@@ -788,7 +790,7 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
             Py_ssize_t row = ktab_home(&self->tbl, bits);
             __builtin_prefetch(&self->tbl.key[row]);
             __builtin_prefetch(&self->tbl.val[row]);
-            if (self->sampling) /* the reference number bounds a scaled distance */
+            if (sampling) /* the reference number bounds a scaled distance */
                 picked_at[m] = i;
             picked[m++] = bits;
         }
@@ -797,7 +799,7 @@ static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
     self->refs += i;
     for (Py_ssize_t j = 0; j < m; j++) {
         if (reuse_sample(self, picked[j], counted,
-                         self->sampling ? first + picked_at[j] : 0) < 0)
+                         sampling ? first + picked_at[j] : 0) < 0)
             goto fail;
     }
     if (picked != stack) {
@@ -815,6 +817,29 @@ fail:
     return -1;
 }
 
+/* 0 if the core was initialised; else -1 with RuntimeError set (a core made by
+ * ReuseCore.__new__ alone has no arrays). */
+static int reuse_ready(ReuseCore *self)
+{
+    if (self->counts != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "ReuseCore is not initialised: "
+                    "ReuseCore(max_keys, threshold, weight, bounds[, track])");
+    return -1;
+}
+
+/* Sample and profile `keys` (counted, or written); -1 with an exception set on failure.
+ * `busy` is held while it runs: a key's __hash__ may run Python, which may not
+ * re-initialise the core under it (its buffers are sized by the core's settings). */
+static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
+{
+    if (reuse_ready(self) < 0)
+        return -1;
+    self->busy++;
+    int rc = reuse_record_keys(self, keys, counted);
+    self->busy--;
+    return rc;
+}
 static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
 {
     PyObject *keys;
@@ -833,6 +858,8 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError,
                             "written_then_reference() takes 2 arguments (%zd given)", nargs);
+    if (reuse_ready(self) < 0)
+        return NULL;
     PyObject *written = args[0];
     if (!PyList_Check(written))
         return PyErr_Format(PyExc_TypeError, "written_then_reference(): written must be a "
@@ -854,6 +881,8 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
 
 static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
 {
+    if (reuse_ready(self) < 0)
+        return NULL;
     PyObject *out = PyList_New(self->n_bounds + 1);
     if (out == NULL)
         return NULL;
@@ -870,6 +899,8 @@ static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
 
 static PyObject *reuse_stats(ReuseCore *self, PyObject *unused)
 {
+    if (reuse_ready(self) < 0)
+        return NULL;
     return Py_BuildValue("(LdLn)", self->total, self->sampled, self->forgotten, self->live);
 }
 
@@ -893,6 +924,10 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     Py_ssize_t max_keys;
     double weight;
     PyObject *threshold_arg, *bounds, *track_arg = Py_None;
+    if (self->busy) { /* a key's __hash__ re-initialising the core that is reading it */
+        PyErr_SetString(PyExc_RuntimeError, "ReuseCore.__init__ while a call reads its keys");
+        return -1;
+    }
     if (!PyArg_ParseTuple(args, "nOdO|O", &max_keys, &threshold_arg, &weight, &bounds,
                           &track_arg))
         return -1;
@@ -922,6 +957,8 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "max_keys must be in [1, 2**28]");
         return -1;
     }
+    /* The bounds first, into a buffer of their own: a bound's __float__ runs Python, which
+     * must not find the core half set up (nor reset it under this call). */
     PyObject *fast = PySequence_Fast(bounds, "bounds must be a sequence of numbers");
     if (fast == NULL)
         return -1;
@@ -929,6 +966,33 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     if (nb < 1) {
         Py_DECREF(fast);
         PyErr_SetString(PyExc_ValueError, "bounds must not be empty");
+        return -1;
+    }
+    double *parsed = PyMem_Malloc(sizeof(double) * (size_t)nb);
+    if (parsed == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        if (i >= PySequence_Fast_GET_SIZE(fast)) { /* a __float__ shrank the list */
+            PyErr_SetString(PyExc_ValueError, "bounds changed while they were read");
+            PyMem_Free(parsed);
+            Py_DECREF(fast);
+            return -1;
+        }
+        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1.0 && PyErr_Occurred()) {
+            PyMem_Free(parsed);
+            Py_DECREF(fast);
+            return -1;
+        }
+        parsed[i] = v;
+    }
+    Py_DECREF(fast);
+    if (self->busy) { /* a bound's __float__ started a call on this core */
+        PyMem_Free(parsed);
+        PyErr_SetString(PyExc_RuntimeError, "ReuseCore.__init__ while a call reads its keys");
         return -1;
     }
     reuse_free_arrays(self);
@@ -945,21 +1009,14 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     if (!self->bounds || !self->counts
             || reuse_resize(self, max_keys < REUSE_INITIAL_LIVE ? max_keys
                                                                 : REUSE_INITIAL_LIVE) < 0) {
-        Py_DECREF(fast);
+        PyMem_Free(parsed);
         reuse_free_arrays(self);
         if (!PyErr_Occurred())
             PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < nb; i++) {
-        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
-        if (v == -1.0 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return -1;
-        }
-        self->bounds[i] = v;
-    }
-    Py_DECREF(fast);
+    memcpy(self->bounds, parsed, sizeof(double) * (size_t)nb);
+    PyMem_Free(parsed);
     self->live = self->clock = 0;
     self->sampled = 0.0;
     self->total = self->forgotten = self->refs = 0;

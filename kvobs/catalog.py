@@ -285,16 +285,17 @@ METRICS: tuple[MetricSpec, ...] = (
         "1",
         (),
         "The reuse-distance profile's sampling rate: the unit of "
-        "kvobs_reuse_sampled_references_total, and the share of blocks it tracks once the "
-        "blocks in use outgrow its memory bound (it tracks every block until then).",
+        "kvobs_reuse_sampled_references_total, and the least share of blocks it tracks (it "
+        "tracks every block until its memory bound has filled, then halves the share down "
+        "to this rate).",
     ),
     _g(
         "kvobs_reuse_tracking_rate",
         "1",
         (),
-        "Share of blocks the reuse-distance profile tracks now: 1 while the blocks in use "
-        "fit in its memory bound (distances exact), halved down to kvobs_reuse_sample_rate "
-        "as they outgrow it.",
+        "Share of blocks the reuse-distance profile tracks now: 1 (distances exact) until "
+        "as many distinct blocks as its memory bound holds were tracked, then halved each "
+        "time the bound fills again, down to kvobs_reuse_sample_rate; it never rises again.",
     ),
     _g(
         "kvobs_reuse_capacity_blocks",

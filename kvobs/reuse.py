@@ -22,9 +22,12 @@ Prompt blocks computed at prefill are the lookup's own misses, and an offload la
 copies a block the profile already holds: neither adds a block to the stack.
 
 Computing it exactly needs memory for every distinct block, and :class:`ReuseProfile`
-does so while the blocks in use fit in ``max_keys`` (131,072 by default). Beyond that it
-follows SHARDS (Waldspurger et al., FAST'15) with a fixed memory bound: a block is tracked
-only if a hash of its key falls under a threshold (spatial sampling: all references of a
+does so until ``max_keys`` distinct blocks (131,072 by default) have been tracked: above
+the sampling rate nothing is forgotten, so blocks used once count toward the bound as
+much as blocks in use, and the share, once halved, never rises again (an engine serving
+many distinct prompts reaches the rate within minutes). From then on it follows SHARDS
+(Waldspurger et al., FAST'15) with a fixed memory bound: a block is tracked only if a hash
+of its key falls under a threshold (spatial sampling: all references of a
 tracked block are kept, none of the others), distances between tracked blocks are scaled
 by the inverse of the tracked share and capped by the references (every key, tracked or
 not) since the block's last use, as no more distinct blocks can lie between (so a loop of
@@ -78,6 +81,8 @@ BUCKET_FACTORS: tuple[float, ...] = (
     0.125, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0,
 )
 DEFAULT_MAX_KEYS = 1 << 17
+#: Most ``max_keys`` a profile takes (the C core's tables are indexed by 32-bit slots).
+MAX_KEYS_LIMIT = 1 << 28
 #: Highest default sampling rate: exact tracking while the horizon fits in ``max_keys``.
 DEFAULT_MAX_RATE = 1.0
 
@@ -117,13 +122,14 @@ class _Fenwick:
 
 
 class ReuseProfile:
-    """A reuse-distance profile of block references with a fixed memory bound: exact while
-    the blocks in use fit in ``max_keys``, sampled beyond.
+    """A reuse-distance profile of block references with a fixed memory bound: exact until
+    ``max_keys`` distinct blocks have been tracked, sampled from then on.
 
     Args:
         capacity_blocks: the configured cache size (GPU + host) in lookup blocks; the
             exported buckets are :data:`BUCKET_FACTORS` times it.
-        rate: the lowest tracked share, and the unit of the counts, in (0, 1]; default
+        rate: the lowest tracked share, and the unit of the counts, in [2**-24, 1] (taken
+            to the nearest multiple of 2**-24, the sampling hash's resolution); default
             :func:`default_rate`.
         max_keys: most blocks tracked at once.
         keep_samples: also keep every counted distance (offline what-if: any size
@@ -131,7 +137,7 @@ class ReuseProfile:
         native: use the C core (default: where it was built and ``keep_samples`` is
             off); ``False`` forces the pure-Python path.
         adaptive: track every block at first, and halve the tracked share down to
-            ``rate`` only as ``max_keys`` fills (exact while the blocks in use fit);
+            ``rate`` only as ``max_keys`` fills (exact until then; never raised again);
             ``False`` tracks the blocks sampled at ``rate`` alone (plain SHARDS).
 
     Raises:
@@ -145,18 +151,22 @@ class ReuseProfile:
                 or capacity_blocks <= 0:
             raise ConfigError(f"reuse profile: capacity_blocks must be a positive integer, "
                               f"got {capacity_blocks!r}")
-        if max_keys <= 0:
-            raise ConfigError(f"reuse profile: max_keys must be > 0, got {max_keys!r}")
+        if not 0 < max_keys <= MAX_KEYS_LIMIT:
+            raise ConfigError(f"reuse profile: max_keys must be in [1, 2**28], got "
+                              f"{max_keys!r}")
         rate = default_rate(capacity_blocks, max_keys) if rate is None else rate
-        if not 0 < rate <= 1:
-            raise ConfigError(f"reuse profile: rate must be in (0, 1], got {rate!r}")
+        if not 1 / _SPACE <= rate <= 1:
+            raise ConfigError(f"reuse profile: rate must be in [2**-24, 1] (the sampling "
+                              f"hash's resolution), got {rate!r}")
         self.capacity_blocks = capacity_blocks
-        self.rate = rate
+        self._threshold = round(rate * _SPACE)  # counted: hash bits below it
+        #: the share the threshold samples: ``rate`` as given when a multiple of 2**-24
+        #: (every power of two is), else the nearest such share (the counts' unit)
+        self.rate = self._threshold / _SPACE
         self.max_keys = max_keys
         self.bounds: tuple[int, ...] = tuple(sorted(
             {max(1, round(f * capacity_blocks)) for f in BUCKET_FACTORS}))
-        self._threshold = max(1, round(rate * _SPACE))  # counted: hash bits below it
-        self._weight = 1.0 / rate
+        self._weight = 1.0 / self.rate
         # tracked (recency kept, distances measured among them): from every block, halved
         # down to the counted ones as max_keys fills
         self._set_track(_SPACE if adaptive else self._threshold)
@@ -212,7 +222,7 @@ class ReuseProfile:
     def reference(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` (one request's prompt, in order) were looked up: counted.
 
-        Sampling (once the blocks in use outgrow ``max_keys``) reads the low bits of
+        Sampling (once ``max_keys`` distinct blocks were tracked) reads the low bits of
         ``hash((key,))``: the tuple hash mixes the key's own hash (cached by bytes keys,
         the value itself for ints), so consecutive ints sample as evenly as digests.
         Which blocks are sampled varies with ``PYTHONHASHSEED``; the estimate does not
@@ -229,6 +239,8 @@ class ReuseProfile:
         self._record(keys, True)
 
     def _record(self, keys: Sequence[Hashable], counted: bool) -> None:
+        if not isinstance(keys, (list, tuple)):  # any iterable, as the C core takes it
+            keys = list(keys)
         if counted:
             self._total += len(keys)
         self._python(keys, counted)

@@ -39,9 +39,10 @@ WORKLOADS = {
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
-def test_default_profile_is_exact_while_the_blocks_in_use_fit(name):
-    """At a capacity whose rate is 1/4 the profile still tracks every block while they fit
-    in max_keys: each reference counts a quarter of a sample, and every bound is exact."""
+def test_default_profile_is_exact_until_max_keys_distinct_blocks(name):
+    """At a capacity whose rate is 1/4 the profile still tracks every block until max_keys
+    distinct blocks were seen: each reference counts a quarter of a sample, and every bound
+    is exact."""
     references = WORKLOADS[name]()
     profile = profile_of(references)
     assert profile.rate == default_rate(CAPACITY) == 1 / 4
@@ -158,8 +159,29 @@ def test_memory_stays_bounded_whatever_the_number_of_distinct_keys():
 def test_bad_settings_are_clear_errors():
     with pytest.raises(ConfigError, match="capacity_blocks must be a positive integer"):
         ReuseProfile(0)
-    with pytest.raises(ConfigError, match=r"rate must be in \(0, 1\]"):
+    with pytest.raises(ConfigError, match=r"rate must be in \[2\*\*-24, 1\]"):
         ReuseProfile(10, rate=2.0)
+    with pytest.raises(ConfigError, match=r"rate must be in \[2\*\*-24, 1\]"):
+        ReuseProfile(10, rate=2.0**-25)  # below the sampling hash's resolution
+    for max_keys in (0, 2**28 + 1):
+        with pytest.raises(ConfigError, match=r"max_keys must be in \[1, 2\*\*28\]"):
+            ReuseProfile(10, max_keys=max_keys)
+
+
+def test_a_rate_between_multiples_of_the_hash_resolution_is_the_share_it_samples():
+    """A rate of 1e-7 samples hash bits below round(1e-7 * 2**24) = 2, a share of 2**-23:
+    the profile's rate (the counts' unit, exported as kvobs_reuse_sample_rate) is that
+    share, so a sample stands for 2**23 references, not the 10**7 asked for."""
+    assert ReuseProfile(10, rate=1e-7).rate == 2 / 2**24
+    assert ReuseProfile(10, rate=0.3).rate == round(0.3 * 2**24) / 2**24
+    assert ReuseProfile(10, rate=0.25).rate == 0.25  # powers of two are kept as given
+
+
+def test_the_python_path_takes_any_iterable_as_the_c_core_does():
+    profile = ReuseProfile(10, rate=1.0, native=False)
+    profile.reference(iter(["a", "b", "a"]))
+    profile.write(k for k in ["c"])
+    assert profile.references == 3 and profile.hit_ratio(2) == pytest.approx(1 / 3)
 
 
 def test_exact_across_many_compactions_and_the_max_keys_bound():

@@ -165,3 +165,38 @@ def test_the_core_s_settings_are_range_checked() -> None:
     for start in range(200):
         odd.reference(list(range(start, start + 10)))
     assert odd.stats()[3] <= 4 and 100 <= odd.track < 1 << 24  # halved: distances scaled
+
+
+def test_a_core_that_was_never_initialised_raises_instead_of_crashing() -> None:
+    core = native.ReuseCore.__new__(native.ReuseCore)
+    for call in (core.counts, core.stats, lambda: core.reference([1, 2]),
+                 lambda: core.written_then_reference([3], [1, 2])):
+        with pytest.raises(RuntimeError, match="ReuseCore is not initialised"):
+            call()
+
+
+def test_python_run_by_a_key_or_a_bound_cannot_reset_the_core_under_a_call() -> None:
+    """A key's ``__hash__`` re-initialising the core that reads it (its buffers are sized
+    by the settings it started with), and a bound's ``__float__`` using the core while
+    ``__init__`` reads the bounds: clear errors, never a crash or a hang."""
+    core = native.ReuseCore(64, 1 << 24, 1.0, [1.0, 2.0])
+
+    class Resets:
+        def __hash__(self) -> int:
+            core.__init__(64, 1 << 23, 2.0, [1.0, 2.0])
+            return 1
+
+    with pytest.raises(RuntimeError, match="while a call reads its keys"):
+        core.reference([Resets(), *range(100)])
+    core.reference([1, 1])  # the core is whole: the first call stopped at its first key
+    assert core.counts() == [1.0, 0.0, 1.0]
+
+    class Uses:
+        def __float__(self) -> float:
+            core.reference(list(range(5000)))
+            return 8.0
+
+    core.__init__(64, 1 << 24, 1.0, [1.0, Uses()])  # the bounds are read before any reset
+    assert core.counts() == [0.0, 0.0, 0.0] and core.stats() == (0, 0.0, 0, 0)
+    core.reference([7, 7])
+    assert core.counts() == [1.0, 0.0, 1.0]
