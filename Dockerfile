@@ -46,8 +46,14 @@ COPY pyproject.toml setup.py README.md ./
 COPY kvobs ./kvobs
 COPY kernels ./kernels
 COPY dashboards ./dashboards
+# The C extension is optional for pip (no compiler: pure-Python fallbacks), not for the
+# image: without it every recorder event costs several times more, so a base image
+# without Python's headers fails the check after the install instead of shipping the
+# slow paths (-I: the sources in the working directory would shadow the package).
 RUN /opt/kvobs/bin/pip install --no-cache-dir --disable-pip-version-check \
-        ".${KVOBS_EXTRAS:+[$KVOBS_EXTRAS]}"
+        ".${KVOBS_EXTRAS:+[$KVOBS_EXTRAS]}" \
+    && /opt/kvobs/bin/python -I -c "from kvobs.kernels._ext import native; \
+assert native is not None, 'kvobs.kernels._native did not build (Python headers? gcc?)'"
 
 FROM python:${PYTHON_VERSION}
 LABEL org.opencontainers.image.title="kvobs" \
