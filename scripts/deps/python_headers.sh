@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Unpacks CPython 3.13's C headers into $REPO/.tools/python3.13 (include/ only).
+#
+# The C extension (kernels/) has a branch for Python >= 3.12 (the interpreters of the
+# engines' own images), and this machine runs 3.11 alone; tests/kernels/
+# test_c_sources_compile.py compiles every C source against these headers too. They come
+# from Debian 13's `libpython3.13-dev` and `python3.13-dev` packages, downloaded through a
+# private package list (nothing installed, the system's sources untouched). Idempotent.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DEST="$REPO/.tools/python3.13"
+if [[ -f "$DEST/include/python3.13/Python.h" && -f "$DEST/include/x86_64-linux-gnu/python3.13/pyconfig.h" ]]; then
+    echo "python headers: 3.13 already in $DEST"
+    exit 0
+fi
+[[ "$(dpkg --print-architecture)" == amd64 ]] || { echo "python headers: amd64 only" >&2; exit 1; }
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/lists/partial" "$WORK/cache/archives/partial"
+# the mirror the system already uses, Debian 13's suite
+uri="$(grep -hoE '^URIs: *[^ ]+/debian$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 | awk '{print $2}')"
+[[ -n "$uri" ]] || uri="$(grep -hoE '^deb +[^ ]+/debian ' /etc/apt/sources.list 2>/dev/null | head -n1 | awk '{print $2}')"
+[[ -n "$uri" ]] || { echo "python headers: no Debian mirror in the apt sources" >&2; exit 1; }
+printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$uri" > "$WORK/trixie.sources"
+apt_private=(-o "Dir::Etc::SourceList=$WORK/trixie.sources" -o Dir::Etc::SourceParts=/dev/null
+             -o "Dir::State::Lists=$WORK/lists" -o "Dir::Cache=$WORK/cache"
+             -o APT::Sandbox::User=root)
+apt-get -qq "${apt_private[@]}" update
+cd "$WORK"
+apt-get -qq "${apt_private[@]}" download libpython3.13-dev python3.13-dev
+rm -rf "$DEST"
+mkdir -p "$DEST"
+for deb in ./*.deb; do dpkg-deb -x "$deb" unpacked; done
+cp -r unpacked/usr/include "$DEST/include"
+echo "python headers: 3.13 ($(ls ./*.deb | head -n1 | sed 's/.*_\(3[^_]*\)_.*/\1/')) unpacked into $DEST"
