@@ -85,6 +85,11 @@ def mutants() -> list[m.Mutant]:
         *m.keys_argument("host.evict", host,
                          'keys=output.evicted_keys)\n\n\n#: Chunks being written',
                          "output.evicted_keys"),
+        # the tracker's bound: one smaller than the host tier forgets offloads (untracked)
+        # and misclassifies those it forgot
+        m.Mutant("thrash.max_blocks:tiny", "kvobs/recorder.py",
+                 "ThrashTracker(window_s=thrash_window_s, clock_ns=clock_ns)",
+                 "ThrashTracker(window_s=thrash_window_s, clock_ns=clock_ns, max_blocks=4)"),
         # transfers: one per job vLLM's connector completes (in the manager's calls), bytes
         # and seconds as the workers report them (OffloadingConnectorScheduler)
         *job_transfer("transfer(store)", host, "stores.transfer(len(keys), 0)"),

@@ -9,7 +9,11 @@ vLLM's metrics live in the process-wide Prometheus registry, and the plugin's st
 process-wide too. ``--mode multi`` runs vLLM's default multi-process engine (an
 engine-core process and a worker process, kvobs enabled in each by vLLM's plugin loader);
 ``single`` sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and, because the scheduler then runs in
-this process, also records kvobs against vLLM after every step.
+this process, also records kvobs against vLLM after every step. In both modes the run
+notes, per step, vLLM's external prefix-cache hits so far and which requests had no output
+before it and their first in it (``schedule``), when each request was submitted, and every
+KV event's details in arrival order (``kv_events``): enough to tell which host blocks vLLM
+loaded back and when (``test_vllm_thrash.py``).
 
 The workload is a multi-turn chat: ``CHATS`` chats, each with its own history, resent with
 new tokens every turn, two requests in flight. No two requests in flight share a block
@@ -78,7 +82,11 @@ def free_port(*offsets: int) -> int:
 
 
 class EventLog:
-    """Subscribes to vLLM's KV event publisher and tallies blocks by (event, medium)."""
+    """Subscribes to vLLM's KV event publisher: tallies blocks by (event, medium), and keeps
+    every event's details in arrival order (at most ``MAX_EVENTS``: this workload's events
+    number a few hundred; any beyond are counted in ``overflow``, never silently lost)."""
+
+    MAX_EVENTS = 20_000
 
     def __init__(self, endpoint: str) -> None:
         # Imported here, in the main thread: the same imports in the thread, while the
@@ -89,6 +97,8 @@ class EventLog:
         from vllm.distributed.kv_events import KVEventBatch
 
         self.counts: dict[str, int] = {}
+        self.details: list[dict[str, Any]] = []
+        self.overflow = 0
         self.batches = 0
         self.failure: BaseException | None = None
         self._decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
@@ -111,16 +121,25 @@ class EventLog:
             self.failure = exc
 
     def _tally(self, frames: list[bytes]) -> None:
-        _topic, _seq, payload = frames
+        _topic, seq, payload = frames
         batch = self._decoder.decode(payload)
         self.batches += 1
         self._last = time.monotonic()
         for event in batch.events:
             kind = type(event).__name__
             medium = getattr(event, "medium", None) or "GPU"
-            blocks = len(getattr(event, "block_hashes", ()) or ())
+            hashes = list(getattr(event, "block_hashes", ()) or ())
             key = f"{kind}/{medium}"
-            self.counts[key] = self.counts.get(key, 0) + (blocks or 1)
+            self.counts[key] = self.counts.get(key, 0) + (len(hashes) or 1)
+            if len(self.details) >= self.MAX_EVENTS:
+                self.overflow += 1
+                continue
+            self.details.append({
+                "kind": kind, "medium": medium, "ts": batch.ts,
+                "seq": int.from_bytes(seq, "big"),
+                "block_hashes": [plain_hash(h) for h in hashes],
+                "parent_block_hash": plain_hash(getattr(event, "parent_block_hash", None)),
+                "token_ids": list(getattr(event, "token_ids", ()) or ())})
 
     def settle(self, quiet_s: float = 1.0, limit_s: float = 15.0) -> dict[str, int]:
         """The tallies once no batch arrived for ``quiet_s`` seconds."""
@@ -135,6 +154,12 @@ class EventLog:
         self._stop.set()
         self._thread.join(timeout=2)
         self._sock.close(linger=0)
+
+
+def plain_hash(block_hash: Any) -> Any:
+    """A block hash as JSON holds it: vLLM publishes 64-bit ints by default
+    (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``), raw bytes otherwise (kept as hex)."""
+    return block_hash.hex() if isinstance(block_hash, bytes) else block_hash
 
 
 def vllm_registry() -> list[list[Any]]:
@@ -251,7 +276,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     built_s = time.monotonic() - started
     engine = llm.llm_engine
     account: dict[str, Any] = {"mode": mode, "built_s": built_s, "kvobs_port": kvobs_port,
-                               "requests": [], "steps": []}
+                               "requests": [], "steps": [], "schedule": [], "submitted": {}}
     metrics_url = f"http://127.0.0.1:{kvobs_port}/metrics"
     hold("ready", "go", {"kvobs_port": kvobs_port})  # a scraper sees the counters at 0
     from vllm import SamplingParams
@@ -261,11 +286,25 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     histories: dict[int, list[int]] = {}
     outputs: dict[str, list[int]] = {}
 
+    answered: set[str] = set()  # requests with an output (their prefill ran)
+
     def drain(limit: int) -> None:
         while engine.has_unfinished_requests() and in_flight() >= limit:
+            waiting = sorted(pending - answered)
+            began = time.time()
+            first = []
             for output in engine.step():
+                if output.request_id not in answered:
+                    answered.add(output.request_id)
+                    first.append(output.request_id)
                 if output.finished:
                     finish(output)
+            # Which requests vLLM may have admitted in this step, as its outputs tell: the
+            # external prefix-cache hits it counted in it belong to requests that had no
+            # output before the step, and none in it (see test_vllm_thrash.py).
+            account["schedule"].append({
+                "began": began, "ended": time.time(), "waiting": waiting, "first": first,
+                "external_hits": vllm_total("vllm:external_prefix_cache_hits")})
             if step_checks:
                 account["steps"].append({"vllm": vllm_registry(),
                                          "kvobs": scrape(metrics_url) if enabled else []})
@@ -281,6 +320,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
         outputs[output.request_id] = tokens
         account["requests"].append({
             "id": output.request_id, "prompt": len(output.prompt_token_ids),
+            "prompt_tokens": list(output.prompt_token_ids),
             "output": len(tokens), "cached": output.num_cached_tokens,
             "tokens": tokens,
             "logprobs": [next(iter(step.values())).logprob
@@ -288,6 +328,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
 
     def submit(request_id: str, prompt: list[int], max_tokens: int) -> None:
         drain(IN_FLIGHT)
+        account["submitted"][request_id] = time.time()  # vLLM admits it after this
         engine.add_request(request_id, {"prompt_token_ids": prompt},
                            SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=0,
                                           ignore_eos=True))
@@ -323,6 +364,8 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     drain(1)
     time.sleep(0.5)
     account["events"] = event_log.settle()
+    account["kv_events"] = event_log.details  # every event, in arrival order
+    account["kv_events_overflow"] = event_log.overflow
     account["vllm"] = vllm_registry()
     account["kvobs"] = scrape(metrics_url) if enabled else []
     if mode == "multi" and enabled:
