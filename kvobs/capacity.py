@@ -47,6 +47,11 @@ class TierCapacity:
     ``request_blocks``: blocks one request of the plan's length needs in a primary tier,
     where the engine says (vLLM sums them over its KV cache groups); 0: its tokens /
     ``block_tokens``.
+    ``block_tokens`` 0: a block holds no whole number of tokens (one layer of a chunk, as
+    LMCache's layerwise memory objects): the tier's tokens are unknown, and the plan's
+    event and lines say so rather than print 0 (for a cache tier: a primary tier's
+    concurrency needs its tokens or ``request_blocks``); ``block_bytes`` 0 likewise for
+    bytes.
     """
 
     tier: str
@@ -79,6 +84,17 @@ class TierCapacity:
     def bytes(self) -> int:
         """Bytes of KV data the tier can hold."""
         return self.blocks * self.block_bytes
+
+    @property
+    def tokens_text(self) -> str:
+        """``"N tokens"``, or ``"tokens unknown"`` where a block holds no whole number of
+        tokens (``block_tokens`` 0).
+
+        Example:
+            >>> TierCapacity("host", 24, 0, 4096).tokens_text
+            'tokens unknown'
+        """
+        return f"{self.tokens:,} tokens" if self.block_tokens else "tokens unknown"
 
 
 @dataclass(frozen=True)
@@ -205,16 +221,17 @@ class CapacityPlan:
             "request_tokens": self.request_tokens,
             "max_concurrency": round(self.max_concurrency, 2),
             "bounded_by": self.bounded_by,
-            "tiers": {  # bytes None: the engine did not say (never a made-up 0)
+            "tiers": {  # tokens / bytes None: not known (never a made-up 0)
                 t.tier: {
                     "role": t.role,
                     "blocks": t.blocks,
-                    "block_tokens": t.block_tokens,
+                    "block_tokens": t.block_tokens or None,
                     "block_bytes": t.block_bytes or None,
-                    "tokens": t.tokens,
+                    "tokens": t.tokens if t.block_tokens else None,
                     "bytes": t.bytes if t.block_bytes else None,
                     "gib": round(t.bytes / GIB, 2) if t.block_bytes else None,
-                    "requests_held": round(self.requests_held(t.tier), 1),
+                    "requests_held": round(self.requests_held(t.tier), 1)
+                    if t.block_tokens else None,
                     **({"max_concurrency": round(self.concurrency(t.tier), 2)}
                        if t.role == PRIMARY else {}),
                 }
@@ -225,7 +242,7 @@ class CapacityPlan:
     def describe(self) -> list[str]:
         """Human-readable lines: one per tier, then what each tier means for requests."""
         lines = [
-            f"{t.tier.upper():>5} KV cache: {t.blocks:,} blocks = {t.tokens:,} tokens = "
+            f"{t.tier.upper():>5} KV cache: {t.blocks:,} blocks = {t.tokens_text} = "
             f"{t.bytes / GIB:,.2f} GiB"
             for t in self.tiers
         ]
@@ -241,6 +258,12 @@ class CapacityPlan:
                     f"there ({self.concurrency(t.tier):,.2f}x requests of "
                     f"{self.request_tokens:,} tokens; a full {t.tier} pool makes new "
                     "requests wait)")
+            elif t.role == CACHE and not t.block_tokens:
+                lines.append(
+                    f"{t.tier} pool holds {t.blocks:,} blocks (tokens unknown: a block holds "
+                    "no whole number of tokens) of reusable context, onloaded to the GPU "
+                    "before use"
+                )
             elif t.role == CACHE:
                 lines.append(
                     f"{t.tier} pool holds {t.blocks:,} blocks = {t.tokens:,} tokens = prefixes "

@@ -179,8 +179,8 @@ def capacity_line(plan: CapacityPlan) -> str:
         host 24 blocks = 768 tokens (bytes unknown)
     """
     tiers = "; ".join(
-        f"{t.tier} {t.blocks:,} blocks = {t.tokens:,} tokens = {_size(t.bytes)}"
-        if t.block_bytes else f"{t.tier} {t.blocks:,} blocks = {t.tokens:,} tokens (bytes unknown)"
+        f"{t.tier} {t.blocks:,} blocks = {t.tokens_text} = {_size(t.bytes)}"
+        if t.block_bytes else f"{t.tier} {t.blocks:,} blocks = {t.tokens_text} (bytes unknown)"
         for t in plan.tiers
     )
     per_token = f", {plan.bytes_per_token:,} B/token" if plan.bytes_per_token else ""
@@ -191,7 +191,8 @@ def capacity_line(plan: CapacityPlan) -> str:
             f"requests ({plan.bound_phrase()})"
         )
     parts += [
-        f"{t.tier} pool keeps prefixes of {plan.requests_held(t.tier):,.1f} such requests"
+        (f"{t.tier} pool keeps prefixes of {plan.requests_held(t.tier):,.1f} such requests"
+         if t.block_tokens else f"{t.tier} pool keeps prefixes (tokens unknown)")
         if t.role == CACHE else
         f"{t.tier} pool is a primary store (a full {t.tier} pool makes new requests wait)"
         for t in plan.tiers

@@ -41,7 +41,8 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
     for t in snap.tiers:
         tier = {"tier": t.tier}
         add("kvobs_tier_capacity_blocks", tier, t.capacity_blocks)
-        add("kvobs_tier_capacity_tokens", tier, t.capacity_blocks * t.block_tokens)
+        if t.block_tokens > 0:  # no whole token count per block: no token series, never a 0
+            add("kvobs_tier_capacity_tokens", tier, t.capacity_blocks * t.block_tokens)
         known_bytes = t.block_bytes > 0  # unknown block size: no byte series, never a 0
         if known_bytes:
             add("kvobs_tier_capacity_bytes", tier, t.capacity_blocks * t.block_bytes)

@@ -70,4 +70,38 @@ def mutants() -> list[m.Mutant]:
         *m.keys_argument("host.store", backend, "inst.tier.store(1, keys=(key,))", "(key,)"),
         # the verdict's saving: a lookup's hits at the prefill cost
         *m.lookup_saved(("host", "disk")),
+        # use_layerwise: the host tier's blocks are layer objects, chunk_size / layers
+        # tokens each, whole numbers only; their bytes as LMCache's buffer takes them
+        *layerwise(engine, backend),
+    ]
+
+
+def layerwise(engine: str, backend: str) -> list[m.Mutant]:
+    """A layerwise host tier's units: its block's tokens (a chunk's, or a fraction's
+    rounded down, instead of left out), its block's bytes unaligned, and the token
+    figures the capacity series, event and lines leave out when they are unknown."""
+    tokens = "block_tokens=self.chunk_tokens // layers if exact else 0"
+    exact = "exact = self.chunk_tokens % layers == 0"
+    aligned = "block_bytes=object_bytes(backend, backend.get_full_chunk_size_bytes())"
+    series = "        if t.block_tokens > 0:  # no whole token count per block"
+    return [
+        m.Mutant("layerwise.block_tokens:a chunk's", engine, tokens,
+                 "block_tokens=self.chunk_tokens if exact else 0"),
+        m.Mutant("layerwise.block_tokens:always whole", engine, exact, "exact = True"),
+        m.Mutant("layerwise.block_tokens:never whole", engine, exact, "exact = False"),
+        m.Mutant("layerwise.block_bytes:unaligned", engine, aligned,
+                 "block_bytes=backend.get_full_chunk_size_bytes()"),
+        m.Mutant("layerwise.object_bytes:unaligned", backend,
+                 "return int(aligned(nbytes)) if callable(aligned) else nbytes",
+                 "return nbytes"),
+        m.Mutant("layerwise.tokens unknown:series", "kvobs/telemetry/series.py", series,
+                 series.replace("if t.block_tokens > 0:", "if True:")),
+        m.Mutant("layerwise.tokens unknown:event tokens", "kvobs/capacity.py",
+                 '"tokens": t.tokens if t.block_tokens else None,', '"tokens": t.tokens,'),
+        m.Mutant("layerwise.tokens unknown:event requests held", "kvobs/capacity.py",
+                 "                    if t.block_tokens else None,\n",
+                 "                    if True else None,\n"),
+        m.Mutant("layerwise.tokens unknown:lines", "kvobs/capacity.py",  # and the log line
+                 'return f"{self.tokens:,} tokens" if self.block_tokens else "tokens unknown"',
+                 'return f"{self.tokens:,} tokens"'),
     ]

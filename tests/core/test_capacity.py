@@ -103,3 +103,29 @@ def test_engine_block_counts_per_request_win_over_tokens():
     assert (plan.concurrency("gpu"), plan.concurrency("host")) == (149 / 50, 28 / 16)
     with pytest.raises(ConfigError, match="role must be one of primary, cache"):
         TierCapacity("host", 1, 1, 1, role="store")
+
+
+def test_a_cache_tier_whose_blocks_hold_no_whole_tokens_has_its_tokens_left_out():
+    """``block_tokens`` 0 (LMCache's layerwise objects where a chunk's tokens do not split
+    evenly over the layers): tokens unknown, never a made-up 0, in the event, the lines
+    and the metric series; blocks and bytes stay."""
+    from kvobs.recorder import Recorder
+    from kvobs.telemetry.series import snapshot_series
+
+    plan = CapacityPlan("m", (TierCapacity("gpu", 10, 16, 1024),
+                              TierCapacity("host", 24, 0, 4096)), 64)
+    host = plan.as_event()["tiers"]["host"]
+    assert (host["blocks"], host["bytes"]) == (24, 24 * 4096)
+    assert (host["block_tokens"], host["tokens"], host["requests_held"]) == (None, None, None)
+    assert plan.as_event()["tiers"]["gpu"]["tokens"] == 160
+    line = capacity_line(plan)
+    assert "host 24 blocks = tokens unknown = 96.0 KiB" in line
+    assert "host pool keeps prefixes (tokens unknown)" in line
+    lines = plan.describe()
+    assert lines[1].startswith(" HOST KV cache: 24 blocks = tokens unknown = ")
+    assert any("host pool holds 24 blocks (tokens unknown" in x for x in lines)
+    rec = Recorder()
+    rec.add_tier("host", capacity_blocks=24, block_tokens=0, block_bytes=4096)
+    series = snapshot_series(rec.snapshot())
+    assert "kvobs_tier_capacity_tokens" not in series
+    assert series["kvobs_tier_capacity_bytes"] == [({"tier": "host"}, 24 * 4096)]

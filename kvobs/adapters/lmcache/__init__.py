@@ -33,7 +33,8 @@ Each tensor-parallel worker has its own engine and answers every lookup: give ea
 own recorder (a ``tp_rank`` label), as LMCache's own metrics are per worker.
 
 How LMCache's calls map to the vocabulary (:mod:`kvobs.events`); one host block is one
-chunk (``chunk_size`` tokens):
+of LMCache's memory objects: a chunk (``chunk_size`` tokens), or with ``use_layerwise``
+one layer of a chunk (below):
 
 =================================  ====================================================
 engine call                        events
@@ -84,8 +85,9 @@ cached chunk freed directly        ``evict(1, "capacity")`` (``batched_allocate`
 =================================  ====================================================
 
 Occupancy is read from the backend at collection (cached = its ``hot_cache``, in use =
-the other live allocations of its CPU buffer); capacity = the buffer's bytes over the
-chunk's aligned size. A kvobs failure inside any of these calls is counted
+the other live allocations of its CPU buffer); capacity = the buffer's bytes over an
+object's aligned size, which is also a block's bytes (what LMCache's usage counts). A
+kvobs failure inside any of these calls is counted
 (``kvobs_instrumentation_errors_total{component="lmcache.engine"|...}``) and the engine
 call goes on; an LMCache version whose objects differ is left alone with one warning
 naming what is missing (a connector or backend of another kind likewise, the rest still
@@ -94,9 +96,16 @@ kvobs instruments (not with ``enable_pd``, whose ``PDBackend`` allocates) and th
 connector's copies are counted; a layerwise ``store_layer`` that finds no room is not
 counted as drops. Not covered: ``enable_async_loading`` (lookups go through
 ``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too) and the
-layerwise connector's transfers (moved later by a generator). With ``use_layerwise`` the
-host tier's blocks are single layers of a chunk (its token capacity reads ``num_layers``
-times too high; one warning says so) and lookups carry no profile keys.
+layerwise connector's transfers (moved later by a generator). With ``use_layerwise``
+LMCache keeps a chunk as ``num_layers`` memory objects, one per layer, under per-layer
+keys: allocated together (``batched_allocate``), put one layer per step of
+``store_layer``, evicted together by ``batched_allocate`` but one by one by ``allocate``,
+``remove`` and ``clear``. So a host block stays one object (every event above holds as
+it is) worth ``chunk_size / num_layers`` of the model's tokens: capacity, occupancy and
+flows in tokens and bytes are what LMCache's memory holds. Where that share is no whole
+number the tier's ``block_tokens`` is 0 and its token figures are left out (no token
+series, ``None`` in the capacity event), never rounded; lookups carry no profile keys and
+one warning names what is not counted.
 
 Supported: LMCache 0.5.6 (``lmcache.v1``), the engine on CPU or GPU.
 """

@@ -1,6 +1,8 @@
 """LMCache 0.5.6 ``LocalCPUBackend`` -> the host tier, as two hook tables.
 
-One host block is one LMCache *chunk* (a ``MemoryObj`` of ``chunk_size`` tokens). The
+One host block is one LMCache ``MemoryObj``: a *chunk* of ``chunk_size`` tokens, or
+with ``use_layerwise`` one layer of a chunk (``block_tokens`` is then the engine's to
+choose, :mod:`kvobs.adapters.lmcache.engine`); "chunk" below means such an object. The
 engine's own account, which kvobs mirrors event by event: **cached** = chunks in the
 backend's ``hot_cache``; **in use** = live allocations of its CPU buffer that are not
 in the hot cache (chunks being written, duplicates the writer has not dropped yet,
@@ -287,9 +289,13 @@ def instrument_local_cpu_backend(backend: Any, rec: Recorder, *, block_tokens: i
     Args:
         backend: the engine's ``LocalCPUBackend``.
         rec: the recorder.
-        block_tokens: tokens per chunk (LMCache ``chunk_size``).
-        block_bytes: bytes per full chunk (``backend.get_full_chunk_size_bytes()``).
-        capacity_blocks: chunks the CPU buffer holds; default: the allocator's buffer
+        block_tokens: the model's tokens one memory object holds: LMCache's
+            ``chunk_size``; layerwise, ``chunk_size / num_layers`` (0 where that is no
+            whole number: the tier's token figures are then left out).
+        block_bytes: bytes per full memory object: ``backend.get_full_chunk_size_bytes()``
+            (a chunk, or one layer of it when layerwise), best as
+            :func:`object_bytes` of it, the size the buffer gives it.
+        capacity_blocks: objects the CPU buffer holds; default: the allocator's buffer
             bytes (or ``max_local_cpu_size``) divided by ``block_bytes`` rounded up to
             the allocator's alignment (4 KiB in LMCache 0.5.6).
         tier: the tier name.
@@ -343,9 +349,26 @@ def _capacity(backend: Any, block_bytes: int) -> int:
     buffer = getattr(allocator, "buffer", None)
     total = buffer.numel() * buffer.element_size() if buffer is not None else \
         int(float(getattr(backend.config, "max_local_cpu_size", 0)) * 1024**3)
+    return int(total // max(object_bytes(backend, block_bytes), 1))   # aligned sizes
+
+
+def object_bytes(backend: Any, nbytes: int) -> int:
+    """The bytes a memory object of ``nbytes`` takes in the backend's CPU buffer:
+    ``nbytes`` rounded up to the allocator's alignment (4 KiB in LMCache 0.5.6), which
+    is also what LMCache's ``local_cache_usage`` counts; ``nbytes`` where the allocator
+    does not say.
+
+    Example:
+        >>> class Manager:
+        ...     def compute_aligned_size(self, n): return -(-n // 4096) * 4096
+        >>> class Allocator: address_manager = Manager()
+        >>> class Backend: memory_allocator = Allocator()
+        >>> object_bytes(Backend(), 2048), object_bytes(Backend(), 8192)
+        (4096, 8192)
+    """
+    allocator = _buffer_allocator(backend)
     aligned = getattr(getattr(allocator, "address_manager", None), "compute_aligned_size", None)
-    size = aligned(block_bytes) if callable(aligned) else block_bytes
-    return int(total // max(int(size), 1))       # each chunk takes its aligned size
+    return int(aligned(nbytes)) if callable(aligned) else nbytes
 
 
 def _buffer_allocator(backend: Any) -> Any:

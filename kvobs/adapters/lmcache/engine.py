@@ -51,7 +51,11 @@ from kvobs.adapters._hooks import (
     instrument,
     warn_once,
 )
-from kvobs.adapters.lmcache.backend import LMCacheInstrumentation, instrument_local_cpu_backend
+from kvobs.adapters.lmcache.backend import (
+    LMCacheInstrumentation,
+    instrument_local_cpu_backend,
+    object_bytes,
+)
 from kvobs.events import NULL_LINK, LinkEvents
 from kvobs.recorder import Recorder
 from kvobs.tiers import GPU, HOST
@@ -102,22 +106,31 @@ class LMCacheEngineInstrumentation(Instrumentation):
                       component=COMPONENT, missing="StorageManager.local_cpu_backend",
                       action="lookups and transfers counted, no host tier")
             return
+        layers = self.keys_per_chunk
+        # a layerwise chunk is ``layers`` memory objects, each a chunk's tokens of one
+        # layer: the tier counts those objects, each worth chunk_size / layers tokens of
+        # the whole model (0 where that is no whole number: token figures left out)
+        exact = self.chunk_tokens % layers == 0
         inst = instrument_local_cpu_backend(
-            backend, self.rec, block_tokens=self.chunk_tokens,
-            block_bytes=backend.get_full_chunk_size_bytes(),
+            backend, self.rec, block_tokens=self.chunk_tokens // layers if exact else 0,
+            block_bytes=object_bytes(backend, backend.get_full_chunk_size_bytes()),
             capacity_blocks=self.capacity_blocks, tier=self.tier_name)
         if inst.active:                   # else one warning said why; hits count as host
-            inst.keyed = bool(self.rec.profile_reuse) and self.keys_per_chunk == 1
-            if self.keys_per_chunk > 1:
-                # LMCache stores one memory object per layer of a chunk: the tier's blocks
-                # and bytes are those objects, but a block's tokens are a chunk's
-                warn_once(f"{COMPONENT}:layerwise", "kvobs_adapter_partial",
+            inst.keyed = bool(self.rec.profile_reuse) and layers == 1
+            if layers > 1:
+                tokens = (f"each holds {self.chunk_tokens // layers} tokens" if exact else
+                          f"its capacity in tokens is left out ({self.chunk_tokens} tokens "
+                          f"over {layers} layers is no whole number per block)")
+                warn_once(f"{COMPONENT}:layerwise:{layers}:{self.chunk_tokens}",
+                          "kvobs_adapter_partial",
                           component=COMPONENT, setting="use_layerwise",
-                          problem=f"the host tier's blocks are single layers of a chunk: its "
-                                  f"capacity in tokens reads {self.keys_per_chunk}x (the "
-                                  f"layers) too high",
-                          action="blocks, bytes, occupancy and lookups counted; no reuse "
-                                 "profile")
+                          problem=f"the host tier's blocks are LMCache's memory objects, one "
+                                  f"layer of a chunk each ({layers} per chunk): {tokens}; "
+                                  f"the layerwise connector's copies, the chunks a "
+                                  f"store_layer finds no room for and the reuse profile's "
+                                  f"keys are not counted",
+                          action="host tier (capacity, occupancy, allocations, stores, "
+                                 "hits, evictions) and lookups counted")
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 
@@ -319,7 +332,8 @@ def instrument_lmcache_engine(engine: Any, rec: Recorder, *, tier: str = HOST,
             a vLLM worker).
         rec: the recorder.
         tier: the tier name of the ``LocalCPUBackend``.
-        capacity_blocks: chunks the CPU buffer holds; default: read from its allocator.
+        capacity_blocks: memory objects the CPU buffer holds (chunks; layerwise, layers
+            of chunks); default: read from its allocator.
 
     Returns:
         The instrumentation; ``unwrap()`` restores the engine, its connector, the stats

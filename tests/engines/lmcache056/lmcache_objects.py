@@ -6,8 +6,10 @@ Everything is LMCache's own except two things a vLLM process would provide:
 * :class:`PagedCopyStandIn`, a stand-in for the GPU connector's byte copy (LMCache's
   vLLM connectors copy with CUDA kernels): it copies bytes between a CPU "paged KV"
   tensor (``[K/V, layer, slot, head, dim]``, vLLM's slots = block * block size + offset)
-  and LMCache's memory objects, in LMCache's ``KV_2LTD`` layout. Every bookkeeping step
-  (chunking, keys, allocation, eviction, pins, stats) stays LMCache's.
+  and LMCache's memory objects, in LMCache's ``KV_2LTD`` layout; with ``use_layerwise``,
+  :class:`LayerwiseCopyStandIn` copies one layer per step of LMCache's ``store_layer`` /
+  ``retrieve_layer`` generators (``KV_T2D`` objects, one per layer of a chunk). Every
+  bookkeeping step (chunking, keys, allocation, eviction, pins, stats) stays LMCache's.
 * :class:`ConnectorDriver`, the connector's calls per request, in its order and with its
   arguments: the scheduler's ``get_num_new_matched_tokens`` (LMCache's own lookup client,
   which sends chunk hashes to ``engine.lookup(hashes, offsets, lookup_id, pin=True)`` as
@@ -26,11 +28,12 @@ the number of chunks its backend holds when it first evicts.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from lmcache.v1 import cache_engine
 from lmcache.v1.cache_engine import LMCacheEngine, LMCacheEngineBuilder
 from lmcache.v1.config import LMCacheEngineConfig
 from lmcache.v1.gpu_connector import GPUConnectorInterface
@@ -80,15 +83,66 @@ class PagedCopyStandIn(GPUConnectorInterface):
                                                                DIM)
 
 
+class LayerwiseCopyStandIn(GPUConnectorInterface):
+    """Stand-in for a layerwise GPU connector's byte copy (not LMCache's code): generators
+    that copy one layer of every chunk per step, driven by LMCache's ``store_layer`` /
+    ``retrieve_layer`` as they drive its vLLM layerwise connector (``num_layers + 1``
+    steps out, ``num_layers + 2`` in)."""
+
+    def get_shape(self, num_tokens: int) -> torch.Size:
+        return torch.Size([num_tokens, 2, HEADS * DIM])         # KV_T2D: one layer
+
+    def to_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
+        raise NotImplementedError("layerwise: batched_to_gpu only")
+
+    def from_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
+        raise NotImplementedError("layerwise: batched_from_gpu only")
+
+    def batched_from_gpu(self, memory_objs: Any, starts: Any, ends: Any,
+                         **kwargs: Any) -> Iterator[None]:
+        paged, slots = kwargs["kvcaches"], kwargs["slot_mapping"]
+        for layer, objs in enumerate(memory_objs):                # layer-major lists
+            for obj, start, end in zip(objs, starts, ends, strict=True):
+                obj.tensor.copy_(paged[:, layer, slots[start:end]].permute(1, 0, 2, 3)
+                                 .reshape(end - start, 2, HEADS * DIM))
+            yield
+        yield
+
+    def batched_to_gpu(self, starts: Any = None, ends: Any = None,
+                       **kwargs: Any) -> Generator[None, Any, None]:
+        paged, slots = kwargs["kvcaches"], kwargs["slot_mapping"]
+        for layer in range(LAYERS):
+            objs = yield                                          # this layer's chunks
+            for obj, start, end in zip(objs, starts, ends, strict=True):
+                paged[:, layer, slots[start:end]] = obj.tensor.reshape(
+                    end - start, 2, HEADS, DIM).permute(1, 0, 2, 3)
+        yield
+        yield
+
+
+_assert_layerwise = cache_engine.assert_layerwise_gpu_connector
+
+
+def _layerwise_connector(connector: Any) -> None:
+    """LMCache's check that a layerwise engine has a layerwise connector of its own
+    classes (CUDA ones), letting the stand-in through."""
+    if not isinstance(connector, LayerwiseCopyStandIn):
+        _assert_layerwise(connector)
+
+
+cache_engine.assert_layerwise_gpu_connector = _layerwise_connector   # type: ignore[attr-defined]
+
+
 def build_engine(host_chunks: int = HOST_CHUNKS, instance: str = INSTANCE,
                  disk_dir: str | None = None, layerwise: bool = False,
-                 save_unfull_chunk: bool = False) -> LMCacheEngine:
+                 save_unfull_chunk: bool = False, layers: int = LAYERS) -> LMCacheEngine:
     """An engine as the connector's worker builds it (``get_or_create``); the connector's
     ``register_kv_caches`` runs its ``post_init`` later. With ``disk_dir``, LMCache's
     ``LocalDiskBackend`` (64 chunks there) sits behind the CPU backend; ``layerwise``: its
     ``use_layerwise`` (one memory object per layer of a chunk); ``save_unfull_chunk``:
     a prompt's partial last chunk is stored too (LMCache's setting; the connector's
-    ``discard_partial_chunks`` would not hand it over)."""
+    ``discard_partial_chunks`` would not hand it over); ``layers``: the model's layers
+    (another count than ``LAYERS`` only for an engine no request is served by)."""
     disk = {} if disk_dir is None else {
         "local_disk": f"file://{disk_dir}/", "max_local_disk_size": 64 * CHUNK_BYTES / 1024**3}
     config = LMCacheEngineConfig.from_defaults(
@@ -96,9 +150,10 @@ def build_engine(host_chunks: int = HOST_CHUNKS, instance: str = INSTANCE,
         save_unfull_chunk=save_unfull_chunk, enable_kv_events=True, use_layerwise=layerwise, **disk)
     metadata = LMCacheMetadata(model_name="tiny-llama", world_size=1, local_world_size=1,
                                worker_id=0, local_worker_id=0, kv_dtype=torch.float16,
-                               kv_shape=(LAYERS, 2, CHUNK, HEADS, DIM), role="worker",
+                               kv_shape=(layers, 2, CHUNK, HEADS, DIM), role="worker",
                                chunk_size=CHUNK)
-    engine = LMCacheEngineBuilder.get_or_create(instance, config, metadata, PagedCopyStandIn(),
+    connector = LayerwiseCopyStandIn() if layerwise else PagedCopyStandIn()
+    engine = LMCacheEngineBuilder.get_or_create(instance, config, metadata, connector,
                                                 lambda tensor, src: tensor,
                                                 lambda obj, src: obj)
     # LMCache's stats thread folds the monitor into its Prometheus series every 10 s;
@@ -226,12 +281,12 @@ class ConnectorDriver:
         need = hit - vllm_cached - (1 if hit == len(prompt) else 0)
         can_load = need > 0
 
-        # worker: start_load_kv (synchronous, not layerwise)
+        # worker: start_load_kv (synchronous; layerwise: every layer in this step)
         retrieved = 0
         if can_load:
             token_mask = torch.ones(len(prompt), dtype=torch.bool)
             token_mask[:vllm_cached // CHUNK * CHUNK] = False
-            ret = self.engine.retrieve(prompt[:hit], token_mask[:hit], kvcaches=self.paged,
+            ret = self._retrieve(prompt[:hit], token_mask[:hit], kvcaches=self.paged,
                                        slot_mapping=slot_mapping[:hit],
                                        vllm_cached_tokens=vllm_cached, request_configs=None,
                                        req_id=req_id)
@@ -253,7 +308,7 @@ class ConnectorDriver:
             skip_leading = skip_leading // CHUNK * CHUNK
             store_mask = torch.ones(to_save, dtype=torch.bool)
             store_mask[:skip_leading] = False
-            self.engine.store(prompt[:to_save], mask=store_mask, kvcaches=self.paged,
+            self._store(prompt[:to_save], mask=store_mask, kvcaches=self.paged,
                               slot_mapping=slot_mapping[:to_save], offset=skip_leading,
                               transfer_spec=None, request_configs=None, req_id=req_id)
             stored_from, stored_to = skip_leading, to_save
@@ -263,6 +318,25 @@ class ConnectorDriver:
         self._gpu_cached = (tokens, blocks)
         return RequestOutcome(req_id, len(prompt), vllm_cached, hit, retrieved, stored_from,
                               stored_to)
+
+    def _retrieve(self, tokens: list[int], mask: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """``retrieve``; for a layerwise engine ``retrieve_layer`` run through all its
+        layers (the connector steps it once per layer of the forward pass)."""
+        if not self.engine.use_layerwise:
+            return self.engine.retrieve(tokens, mask, **kwargs)
+        kwargs.pop("request_configs", None)
+        *_, ret = self.engine.retrieve_layer(tokens, mask, sync=False, **kwargs)
+        return ret                                       # its last step: the token mask
+
+    def _store(self, tokens: list[int], **kwargs: Any) -> None:
+        """``store``; for a layerwise engine ``store_layer`` run through all its layers."""
+        if not self.engine.use_layerwise:
+            self.engine.store(tokens, **kwargs)
+            return
+        for key in ("transfer_spec", "request_configs"):
+            kwargs.pop(key, None)
+        for _ in self.engine.store_layer(tokens, sync=False, **kwargs):
+            pass
 
     def _decode(self, tokens: list[int], start: int, saved: int, slots: torch.Tensor,
                 req_id: str) -> None:
@@ -277,7 +351,7 @@ class ConnectorDriver:
             to_save = done // CHUNK * CHUNK
             mask = torch.ones(to_save, dtype=torch.bool)
             mask[:saved] = False
-            self.engine.store(tokens[:to_save], mask=mask, kvcaches=self.paged,
+            self._store(tokens[:to_save], mask=mask, kvcaches=self.paged,
                               slot_mapping=slots[:to_save], offset=saved, transfer_spec=None,
                               request_configs=None, req_id=req_id)
             self.decode_stores += 1

@@ -17,12 +17,15 @@ import time
 
 import pytest
 import structlog.testing
+import torch
 
 from kvobs.adapters import AdapterError
 from kvobs.adapters._hooks import MARKER
 from kvobs.adapters.lmcache import engine as engine_adapter
 from kvobs.adapters.lmcache import instrument_lmcache_engine
+from kvobs.capacity import CapacityPlan
 from kvobs.recorder import Recorder
+from kvobs.telemetry.logs import capacity_line
 from kvobs.testing import Conformance, capture_telemetry
 from tests.engines.lmcache056.lmcache_objects import (
     CHUNK,
@@ -358,32 +361,143 @@ def test_an_engine_of_another_version_is_left_alone_with_one_warning():
     assert "config.chunk_size is missing" in problems
 
 
-def test_a_layerwise_engine_says_its_host_tier_counts_layers():
-    """``use_layerwise``: LMCache keeps one memory object per layer of a chunk, so the host
-    tier's blocks (and bytes) are single layers while a block's tokens are a chunk's. kvobs
-    says so once, with the factor, and still counts lookups as LMCache does."""
+def test_a_layerwise_engine_s_host_tier_holds_what_lmcache_s_memory_holds():
+    """``use_layerwise``: LMCache keeps one memory object per layer of a chunk (allocated
+    together, put one layer per step of ``store_layer``, evicted by ``batched_allocate``
+    with all its layers, but removable one by one). The host tier counts those objects,
+    each worth ``chunk_size / num_layers`` tokens, so its capacity in tokens and bytes is
+    what LMCache's CPU memory holds; the same 16 requests through ``store_layer`` /
+    ``retrieve_layer``, checked at every step against LMCache's own account."""
     engine = build_engine(instance="layerwise", layerwise=True)
     inst = None
     try:
+        rec = Recorder(engine="lmcache", model="tiny-llama", thrash_window_s=3600.0)
         with structlog.testing.capture_logs() as logs:
-            engine.post_init()
-            rec = Recorder()
             inst = instrument_lmcache_engine(engine, rec)
+            engine.post_init()
         warnings = [e for e in logs if e["event"] == "kvobs_adapter_partial"]
         assert [e["setting"] for e in warnings] == ["use_layerwise"]
-        assert f"reads {LAYERS}x (the layers) too high" in warnings[0]["problem"]
-        host = rec.snapshot().tier("host")
+        assert f"each holds {CHUNK // LAYERS} tokens" in warnings[0]["problem"]
+        assert "layerwise connector's copies" in warnings[0]["problem"]
         backend = engine.storage_manager.local_cpu_backend
-        assert host.block_bytes == backend.get_full_chunk_size_bytes() == CHUNK_BYTES // LAYERS
-        before = lmcache_metrics(engine, "layerwise")
-        assert engine.lookup(tokens=list(range(3 * CHUNK))) == 0
-        lm = delta(lmcache_metrics(engine, "layerwise"), before)
-        assert (rec.snapshot().lookups.lookups, rec.snapshot().lookups.tokens) == \
-            (lm["lookup_requests"], lm["lookup_tokens"]) == (1, 3 * CHUNK)
+        buffer = backend.memory_allocator.pin_allocator.buffer
+        layers, chunk_tokens = engine.num_layers, engine.config.chunk_size
+        start = lmcache_metrics(engine, "layerwise")
+
+        def truth():
+            now = delta(lmcache_metrics(engine, "layerwise"), start)
+            cached = int(now["hot_cache_count"])
+            return {"host": (int(now["active_memory_objs"]) - cached, cached)}
+
+        # the layerwise connector's copies are not counted: no transfers to match stores
+        kit = Conformance(rec, truth=truth, stores_match_transfers=False)
+        driver = ConnectorDriver(engine)
+        kv_events, full = 0, None
+        for prompt in chats():
+            driver.serve(prompt)
+            kit.check(f"request {driver.served}")
+            kv_events += len(list(engine.get_kv_events()))
+            now = delta(lmcache_metrics(engine, "layerwise"), start)
+            if full is None and now["evict_keys"]:
+                full = now     # first eviction: what LMCache holds is what it can hold
+        lm = delta(lmcache_metrics(engine, "layerwise"), start)
+        host = rec.snapshot().tier("host")
+        assert full is not None and driver.onloads_checked > 0
+        # capacity: LMCache's CPU buffer, in its own usage figure and in objects held
+        capacity_bytes = host.capacity_blocks * host.block_bytes
+        assert capacity_bytes == buffer.numel() * buffer.element_size() == \
+            full["local_cache_usage"] == HOST_CHUNKS * CHUNK_BYTES
+        assert host.capacity_blocks == full["active_memory_objs"] == \
+            backend.calculate_chunk_budget()
+        # in tokens: the chunks those objects make (objects / layers), of chunk_size each
+        capacity_tokens = host.capacity_blocks * host.block_tokens
+        assert capacity_tokens == int(full["active_memory_objs"]) // layers * chunk_tokens \
+            == 192
+        with capture_telemetry(rec) as telemetry:
+            assert telemetry.value("kvobs_tier_capacity_tokens", tier="host") == \
+                capacity_tokens
+            assert telemetry.value("kvobs_tier_capacity_bytes", tier="host") == \
+                capacity_bytes
+        plan = CapacityPlan.from_recorder(rec, request_tokens=chunk_tokens)
+        assert plan.tier("host").tokens == capacity_tokens
+        assert plan.requests_held("host") == full["active_memory_objs"] // layers
+        # flows: one store per layer object LMCache put (a KV event per chunk), evictions
+        # as LMCache counts them (layer objects), hits: every layer of a retrieved chunk
+        assert lm["evict_keys"] > 0 and lm["hit_tokens"] > 0
+        assert host.stores == kv_events * layers == lm["stored_tokens"] // CHUNK * layers \
+            == lm["hot_cache_count"] + lm["evict_keys"]
+        assert host.evictions["capacity"] == lm["evict_keys"]
+        assert host.reuses == lm["hit_tokens"] // CHUNK * layers
+        lookups = rec.snapshot().lookups
+        assert (lookups.lookups, lookups.tokens, lookups.host_hit) == \
+            (lm["lookup_requests"], lm["lookup_tokens"], lm["lookup_hits"])
+        resident = host.in_use_blocks + host.cached_blocks
+        assert resident * host.block_bytes == lm["local_cache_usage"]
+        engine.clear()              # every layer object LMCache cached: a reset
+        host = kit.check("clear").tier("host")
+        assert host.evictions["reset"] == lm["hot_cache_count"] > 0 == len(backend.hot_cache)
+        assert rec.snapshot().errors == {}
+        print(f"\nlayerwise host tier: kvobs {capacity_tokens} tokens / {capacity_bytes} B in "
+              f"{host.capacity_blocks} blocks of {host.block_tokens} tokens; LMCache "
+              f"{int(full['active_memory_objs'])} objects / {layers} layers x {chunk_tokens}"
+              f" tokens, {int(full['local_cache_usage'])} B used when it first evicted; "
+              f"stores {host.stores} ({kv_events} KV events), evictions "
+              f"{host.evictions['capacity']} / {lm['evict_keys']:.0f}, reuses {host.reuses}")
     finally:
         if inst is not None:
             inst.unwrap()
         destroy("layerwise")
+
+
+def test_a_layerwise_engine_whose_layers_split_no_chunk_evenly_leaves_its_tokens_out():
+    """A chunk of 16 tokens over 3 layers: one memory object holds no whole number of the
+    model's tokens, so no block size in tokens is right. The host tier still counts
+    LMCache's objects (capacity and bytes as its buffer holds them, occupancy), and its
+    token figures are left out: no token series, ``None`` in the capacity event, "tokens
+    unknown" in the capacity line, one warning saying so."""
+    engine = build_engine(instance="layerwise-3", layerwise=True, layers=3)
+    inst = None
+    try:
+        rec = Recorder()
+        with structlog.testing.capture_logs() as logs:
+            engine.post_init()
+            inst = instrument_lmcache_engine(engine, rec)
+        warnings = [e for e in logs if e["event"] == "kvobs_adapter_partial"]
+        assert [e["setting"] for e in warnings] == ["use_layerwise"]
+        assert "its capacity in tokens is left out (16 tokens over 3 layers" in \
+            warnings[0]["problem"]
+        backend = engine.storage_manager.local_cpu_backend
+        buffer = backend.memory_allocator.pin_allocator.buffer
+        host = rec.snapshot().tier("host")
+        assert host.block_tokens == 0
+        assert host.capacity_blocks == backend.calculate_chunk_budget() == HOST_CHUNKS
+        assert host.capacity_blocks * host.block_bytes == buffer.numel() * buffer.element_size()
+        with capture_telemetry(rec) as telemetry:
+            series = telemetry.collect()
+            assert "kvobs_tier_capacity_tokens" not in series
+            assert telemetry.value("kvobs_tier_capacity_bytes", tier="host") == \
+                HOST_CHUNKS * CHUNK_BYTES
+        plan = CapacityPlan.from_recorder(rec)
+        event = plan.as_event()["tiers"]["host"]
+        assert (event["tokens"], event["block_tokens"], event["requests_held"]) == \
+            (None, None, None)
+        assert event["bytes"] == HOST_CHUNKS * CHUNK_BYTES
+        assert "host 24 blocks = tokens unknown = 96.0 KiB" in capacity_line(plan)
+        assert "tokens unknown" in plan.describe()[0]
+        # a chunk's layers allocated as store_layer allocates them: in use, as LMCache says
+        layer_shape = engine.gpu_connector.get_shape(CHUNK)
+        objs = backend.batched_allocate(layer_shape, torch.float16, batch_size=3,
+                                        busy_loop=False)
+        assert objs is not None
+        host = rec.snapshot().tier("host")
+        assert (host.allocations, host.in_use_blocks) == \
+            (3, backend.memory_allocator.pin_allocator.num_active_allocations)
+        backend.memory_allocator.batched_free(objs)
+        assert rec.snapshot().tier("host").in_use_blocks == 0
+    finally:
+        if inst is not None:
+            inst.unwrap()
+        destroy("layerwise-3")
 
 
 def test_an_unhealthy_engine_s_lookups_are_counted_by_neither():
