@@ -32,6 +32,7 @@ from tests.engines.lmcache056.lmcache_objects import (
     CHUNK_BYTES,
     COUNTERS,
     HOST_CHUNKS,
+    INSTANCE,
     LAYERS,
     TOKEN_BYTES,
     ConnectorDriver,
@@ -47,6 +48,19 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]
     """Counters since ``before``; gauges as they are now (LMCache's series are process-wide
     and outlive an engine)."""
     return {k: after[k] - before[k] if k in COUNTERS else after[k] for k in after}
+
+
+def host_truth(engine, instance: str = INSTANCE):
+    """The host tier's ``(in_use, cached)`` as LMCache's own series give it: live memory
+    objects, of which those in its hot cache are cached (for :class:`Conformance`)."""
+    start = lmcache_metrics(engine, instance)
+
+    def truth():
+        now = delta(lmcache_metrics(engine, instance), start)
+        cached = int(now["hot_cache_count"])
+        return {"host": (int(now["active_memory_objs"]) - cached, cached)}
+
+    return truth
 
 
 @dataclasses.dataclass
@@ -91,13 +105,7 @@ def serve_all(engine, rec, inst) -> Run:
     engine.post_init()                               # the connector's register_kv_caches
     assert inst.backend is not None and inst.backend.active
     start = lmcache_metrics(engine)
-
-    def truth():
-        now = delta(lmcache_metrics(engine), start)
-        cached = int(now["hot_cache_count"])
-        return {"host": (int(now["active_memory_objs"]) - cached, cached)}
-
-    kit = Conformance(rec, truth=truth)
+    kit = Conformance(rec, truth=host_truth(engine))
     driver = ConnectorDriver(engine)
     outcomes, events, capacity_truth = [], 0, 0
     for prompt in chats():
@@ -225,12 +233,7 @@ def test_hits_behind_the_cpu_backend_are_disk_hits_as_lmcache_pinned_them(tmp_pa
     disk = engine.storage_manager.storage_backends["LocalDiskBackend"]
     try:
         before = lmcache_metrics(engine, "disk")
-
-        def truth():
-            now = delta(lmcache_metrics(engine, "disk"), before)
-            cached = int(now["hot_cache_count"])
-            return {"host": (int(now["active_memory_objs"]) - cached, cached)}
-
+        truth = host_truth(engine, "disk")
         # a chunk read from disk is written back to the CPU backend: a host store with no
         # gpu->host transfer (kvobs does not count LMCache's disk reads as transfers)
         kit = Conformance(rec, truth=truth, stores_match_transfers=False)
@@ -383,12 +386,7 @@ def test_a_layerwise_engine_s_host_tier_holds_what_lmcache_s_memory_holds():
         buffer = backend.memory_allocator.pin_allocator.buffer
         layers, chunk_tokens = engine.num_layers, engine.config.chunk_size
         start = lmcache_metrics(engine, "layerwise")
-
-        def truth():
-            now = delta(lmcache_metrics(engine, "layerwise"), start)
-            cached = int(now["hot_cache_count"])
-            return {"host": (int(now["active_memory_objs"]) - cached, cached)}
-
+        truth = host_truth(engine, "layerwise")
         # the layerwise connector's copies are not counted: no transfers to match stores
         kit = Conformance(rec, truth=truth, stores_match_transfers=False)
         driver = ConnectorDriver(engine)
