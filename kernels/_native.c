@@ -924,10 +924,6 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     Py_ssize_t max_keys;
     double weight;
     PyObject *threshold_arg, *bounds, *track_arg = Py_None;
-    if (self->busy) { /* a key's __hash__ re-initialising the core that is reading it */
-        PyErr_SetString(PyExc_RuntimeError, "ReuseCore.__init__ while a call reads its keys");
-        return -1;
-    }
     if (!PyArg_ParseTuple(args, "nOdO|O", &max_keys, &threshold_arg, &weight, &bounds,
                           &track_arg))
         return -1;
@@ -990,7 +986,9 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
         parsed[i] = v;
     }
     Py_DECREF(fast);
-    if (self->busy) { /* a bound's __float__ started a call on this core */
+    /* Nothing is reset while a call reads this core's keys: a key's __hash__ re-initialising
+     * the core that is reading it, or a bound's __float__ above starting a call on it. */
+    if (self->busy) {
         PyMem_Free(parsed);
         PyErr_SetString(PyExc_RuntimeError, "ReuseCore.__init__ while a call reads its keys");
         return -1;

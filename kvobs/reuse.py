@@ -258,10 +258,9 @@ class ReuseProfile:
         self.record(keys, False)
 
     def _python(self, keys: Sequence[Hashable], counted: bool) -> None:
-        # The keys as the C core reads them: at most the call's length, each read live (a
-        # key's __hash__ may change the list), so both give the same reference numbers.
-        if not isinstance(keys, (list, tuple)):
-            keys = list(keys)
+        # The keys (a list or tuple: _record made it one) as the C core reads them: at most
+        # the call's length, each read live (a key's __hash__ may change the list), so both
+        # give the same reference numbers.
         threshold, read = self._track, 0
         picked = []
         for read, key in enumerate(islice(keys, len(keys)), 1):

@@ -143,10 +143,10 @@ class LMCacheEngineInstrumentation(Instrumentation):
             self.copied[ident] = (chunks, backend.refusals)
 
     def count_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
-                    hashes: Any, offsets: Any, mask: Any, request_configs: Any) -> int:
+                    hashes: Any, offsets: Any, mask: Any, request_configs: Any) -> None:
         """Count, on the gpu->host link, the chunks of a ``store`` call that LMCache did
-        not store, and return how many; called after the call when the backend's
-        refusal counter (``refusals`` before it) moved.
+        not store; called after the call when the backend's refusal counter
+        (``refusals`` before it) moved.
 
         The call dropped chunks only if an ``allocate`` in this thread was refused during
         it (a later refusal than ``refusals``) and LMCache's allocations go to this
@@ -158,18 +158,16 @@ class LMCacheEngineInstrumentation(Instrumentation):
         refused_at = backend.refused_in.pop(ident, 0)
         copied, stamp = self.copied.pop(ident, (0, 0))
         if refused_at <= refusals:        # another thread's refusal, or an older one
-            return 0
+            return
         if getattr(self.target.storage_manager, "allocator_backend", None) is not \
                 backend.target:           # the store allocates elsewhere (PD): not its own
-            return 0
+            return
         stored = copied if stamp > refusals else 0
         chunks = sum(1 for start, end, _key in self.target.token_database.process_tokens(
             tokens, hashes, offsets, mask, request_configs=request_configs) if end > start)
         dropped = chunks - stored
         if dropped > 0:
             self.offload.drop(dropped)
-            return dropped
-        return 0
 
 
 # --- readers of the engine ------------------------------------------------------------
