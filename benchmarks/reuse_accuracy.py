@@ -16,13 +16,16 @@ distinct blocks written once and never seen again (older than every reference of
 trace: the exact answer is unchanged), so the tracked share is down to the sampling rate
 when the trace starts: the accuracy of the default settings in production. ``--max-keys``
 shrinks the memory bound (lower rates, sampled within the trace); ``--fixed`` tracks the
-sampled blocks alone (the profile before the adaptive tracking), for comparison.
+sampled blocks alone (the profile before the adaptive tracking), for comparison;
+``--exact-keys 0`` drops the exact LRU stack kept beside the sample (the profile before
+it), ``--exact-keys N`` keeps N blocks there.
 
     python -m benchmarks.reuse_accuracy                    # table
     python -m benchmarks.reuse_accuracy --json
     python -m benchmarks.reuse_accuracy --capacities 1000,100000 --salts 5
     python -m benchmarks.reuse_accuracy --aged             # a profile that has aged
     python -m benchmarks.reuse_accuracy --max-keys 4096    # sampled distances
+    python -m benchmarks.reuse_accuracy --aged --exact-keys 0   # the sample alone
 """
 
 from __future__ import annotations
@@ -102,10 +105,12 @@ def aged_blocks(capacity: int, max_keys: int = DEFAULT_MAX_KEYS) -> int:
 
 
 def profile_of(events: list[Event], capacity: int, max_keys: int = DEFAULT_MAX_KEYS,
-               adaptive: bool = True, aged: int = 0, salt: int = 0) -> ReuseProfile:
+               adaptive: bool = True, aged: int = 0, salt: int = 0,
+               exact_keys: int | None = None) -> ReuseProfile:
     """The default profile fed request by request (runs of lookups, runs of writes),
     after ``aged`` distinct blocks written once (under the trace's ``salt``)."""
-    profile = ReuseProfile(capacity, max_keys=max_keys, adaptive=adaptive)
+    profile = ReuseProfile(capacity, max_keys=max_keys, adaptive=adaptive,
+                           exact_keys=exact_keys)
     mix = (salt * 0x9E3779B97F4A7C15) & _MASK if salt else 0
     for start in range(0, aged, 4096):
         profile.write([(_AGED_BASE + i) ^ mix for i in range(start, min(start + 4096, aged))])
@@ -118,14 +123,14 @@ def profile_of(events: list[Event], capacity: int, max_keys: int = DEFAULT_MAX_K
 
 def errors(events: list[Event], capacity: int, salts: int, exact: dict[int, float],
            max_keys: int = DEFAULT_MAX_KEYS, adaptive: bool = True,
-           aged: bool = False) -> tuple[list[float], float]:
+           aged: bool = False, exact_keys: int | None = None) -> tuple[list[float], float]:
     """|profile - exact| at every bucket bound, for every salt; the lowest tracking rate
     at the end."""
     out, tracking = [], 1.0
     earlier = aged_blocks(capacity, max_keys) if aged else 0
     for salt in range(salts):
         profile = profile_of(salted(events, salt), capacity, max_keys, adaptive,
-                             aged=earlier, salt=salt)
+                             aged=earlier, salt=salt, exact_keys=exact_keys)
         tracking = min(tracking, profile.tracking_rate)
         for bound in profile.bounds:
             if bound not in exact:
@@ -148,6 +153,9 @@ def main() -> None:
     parser.add_argument("--aged", action="store_true",
                         help="a profile that has seen 2 x max_keys / rate distinct blocks "
                              "before the trace (a long-running engine's)")
+    parser.add_argument("--exact-keys", type=int, default=None,
+                        help="the exact LRU stack beside the sample, in blocks (default: "
+                             "max_keys where the rate is below 1; 0: the sample alone)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     capacities = [int(c) for c in args.capacities.split(",")]
@@ -161,7 +169,7 @@ def main() -> None:
         for capacity in capacities:
             errs, tracking = errors(events, capacity, args.salts, exact,
                                     max_keys=args.max_keys, adaptive=not args.fixed,
-                                    aged=args.aged)
+                                    aged=args.aged, exact_keys=args.exact_keys)
             rows.append({"workload": name, "capacity": capacity,
                          "references": sum(1 for _, c in events if c),
                          "rate": ReuseProfile(capacity, max_keys=args.max_keys).rate,

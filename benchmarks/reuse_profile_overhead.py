@@ -14,10 +14,11 @@ on CPU), as in ``kvobs demo``. The profile runs in the C core where it was built
 
 ``--per-key`` times the profile alone instead: a multi-turn chat stream (lookups and
 decode-written answers, ``tests/lru_oracle.py``) replayed into fresh profiles, the default
-(every block tracked while they fit, as an engine's profile is for its first ~131k
-distinct blocks) and plain SHARDS at the same rate (``adaptive=False``: the sampled blocks
-alone), rounds alternating between them: nanoseconds per key and their ratio, per
-capacity.
+(the exact LRU stack of the most recent blocks beside a sample that tracks every block
+while they fit, as an engine's profile does for its first ~131k distinct blocks), the
+sample alone (``exact_keys=0``) and plain SHARDS at the same rate (the sampled blocks
+alone), rounds rotating between them: nanoseconds per key and their ratio to the default,
+per capacity.
 
     python -m benchmarks.reuse_profile_overhead            # table
     python -m benchmarks.reuse_profile_overhead --json     # machine-readable
@@ -30,6 +31,7 @@ import argparse
 import json
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -98,8 +100,18 @@ def measure(chunks: int, ticks: int, gpu_blocks: int, host_blocks: int,
     }
 
 
-def per_key(capacities: list[int], rounds: int, requests: int) -> list[dict[str, float]]:
-    """Median nanoseconds per key of the default profile and of plain SHARDS at its rate."""
+#: The profiles ``--per-key`` sets side by side: the default (the exact LRU stack of the
+#: 131,072 most recent blocks beside the sample), the sample alone (the profile before the
+#: exact stack), and plain SHARDS at the rate (the sampled blocks alone).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "sample alone": {"exact_keys": 0},
+    "plain SHARDS": {"exact_keys": 0, "adaptive": False},
+}
+
+
+def per_key(capacities: list[int], rounds: int, requests: int) -> list[dict[str, Any]]:
+    """Median nanoseconds per key of each of :data:`VARIANTS` at each capacity."""
     from tests.lru_oracle import chat_with_answers  # the accuracy traces' generator
 
     stream = [(keys, counted) for prompt, answer in chat_with_answers(requests, seed=1)
@@ -107,21 +119,22 @@ def per_key(capacities: list[int], rounds: int, requests: int) -> list[dict[str,
     keys = sum(len(k) for k, _ in stream)
     rows = []
     for capacity in capacities:
-        times: dict[bool, list[float]] = {True: [], False: []}
+        times: dict[str, list[float]] = {name: [] for name in VARIANTS}
         shares = {}
         for r in range(rounds):
-            for adaptive in ((True, False) if r % 2 == 0 else (False, True)):
-                profile = ReuseProfile(capacity, adaptive=adaptive)
+            order = list(VARIANTS)[r % len(VARIANTS):] + list(VARIANTS)[:r % len(VARIANTS)]
+            for name in order:
+                profile = ReuseProfile(capacity, **VARIANTS[name])
                 record = profile.record
                 start = time.thread_time_ns()
                 for batch, counted in stream:
                     record(batch, counted)
-                times[adaptive].append((time.thread_time_ns() - start) / keys)
-                shares[adaptive] = profile.tracking_rate
-        tracked, plain = statistics.median(times[True]), statistics.median(times[False])
+                times[name].append((time.thread_time_ns() - start) / keys)
+                shares[name] = profile.tracking_rate
+        medians = {name: statistics.median(t) for name, t in times.items()}
         rows.append({"capacity": capacity, "rate": ReuseProfile(capacity).rate, "keys": keys,
-                     "ns_per_key_tracked": tracked, "ns_per_key_plain": plain,
-                     "ratio": tracked / plain, "tracking_rate": shares[True],
+                     "ns_per_key": medians, "tracking_rate": shares,
+                     "exact_keys": ReuseProfile(capacity).exact_keys,
                      "native": ReuseProfile(capacity).native})
     return rows
 
@@ -153,11 +166,12 @@ def main() -> None:
             print(json.dumps(rows, indent=2))
             return
         for row in rows:
-            print(f"capacity {row['capacity']:,} blocks (rate {row['rate']:g}), "
-                  f"{row['keys']:,} keys: every block tracked "
-                  f"{row['ns_per_key_tracked']:.0f} ns/key (share {row['tracking_rate']:g} "
-                  f"at the end), plain SHARDS {row['ns_per_key_plain']:.0f} ns/key -> "
-                  f"{row['ratio']:.2f}x ({'C core' if row['native'] else 'pure Python'})")
+            ns = row["ns_per_key"]
+            print(f"capacity {row['capacity']:,} blocks (rate {row['rate']:g}, exact stack "
+                  f"{row['exact_keys']:,} blocks), {row['keys']:,} keys, "
+                  f"{'C core' if row['native'] else 'pure Python'}: " + ", ".join(
+                      f"{name} {ns[name]:.0f} ns/key ({ns[name] / ns['default']:.2f}x; "
+                      f"share {row['tracking_rate'][name]:g} at the end)" for name in ns))
         return
     torch.set_num_threads(1)
     result = measure(args.chunks, args.ticks, args.gpu_blocks, args.host_blocks, args.warmup,

@@ -314,6 +314,15 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
  *       threshold) and the keys above it are dropped, until one fits; at threshold, the
  *       least recently used key is forgotten instead.
  *
+ * With `near` (a second ReuseCore of threshold and track 2**24 and weight 1: every key
+ * tracked, distances exact, the least recently used key forgotten beyond its max_keys),
+ * every key of every call is profiled there first, from the same hash: its counts are
+ * exact for every distance up to its max_keys. This core then counts only the references
+ * the near core did not find (a distance beyond its max_keys, or cold), each one's weight
+ * exactly: a tracked one at its distance (at least max_keys + 1: a sampled estimate never
+ * puts it within), an untracked one spread over the distribution of the tracked ones
+ * (reuse_count_far). kvobs.reuse.ReuseProfile adds the two.
+ *
  * State: an open-addressing table (bits -> slot, linear probing, backward-shift delete), a
  * bitmap over 4 x max_live time slots (a set bit marks a key's latest slot) with a Fenwick
  * tree over its 64-slot words (a distance reads a few words, not a path through a tree
@@ -398,6 +407,10 @@ typedef struct {
     int sampling;                 /* a distance may be scaled: slot_when kept */
     int tuple_hash_ok;            /* the replica below equals hash((key,)) here */
     int busy;                     /* calls reading keys (a key's __hash__ runs Python) */
+    PyObject *near;               /* an exact core fed every key (see `near`), or NULL */
+    long long far_refs;           /* with `near`: references beyond its reach, and of */
+    long long far_tracked;        /* them those tracked, since the tracked share changed */
+    int nears;                    /* cores holding this one as their near core */
 } ReuseCore;
 
 static uint64_t tuple1_hash(uint64_t lane)
@@ -637,6 +650,7 @@ static void reuse_set_track(ReuseCore *self, uint64_t track)
 {
     int at_rate = track == self->threshold;
     self->track = track;
+    self->far_refs = self->far_tracked = 0; /* the ratio of the share before */
     self->track_weight = at_rate ? self->weight : (double)(REUSE_LOW_BITS + 1) / (double)track;
     self->count_weight = at_rate ? 1.0 : self->track_weight / self->weight;
 }
@@ -660,24 +674,49 @@ static void reuse_lower_track(ReuseCore *self)
     }
 }
 
-/* One tracked reference, the `when`-th reference the core has seen (tracked or not). */
-static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t when)
+/* The bucket of a distance (-1: cold, the last one). */
+static Py_ssize_t reuse_bucket(const ReuseCore *self, double distance)
+{
+    if (distance < 0)
+        return self->n_bounds;
+    Py_ssize_t lo = 0, hi = self->n_bounds; /* bisect_left */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (self->bounds[mid] < distance)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* What reuse_sample found: a key not tracked (above the threshold, or dropped earlier in
+ * the call), and below it (cold) in bucket n_bounds; an error. */
+#define REUSE_UNTRACKED (-2)
+#define REUSE_ERROR (-3)
+
+/* One tracked reference, the `when`-th reference the core has seen (tracked or not); a
+ * distance found is at least `floor` (the near core found the block no nearer). Counted
+ * (`counted`) in its bucket; returns the bucket (n_bounds: cold), REUSE_UNTRACKED, or
+ * REUSE_ERROR with an exception set. */
+static Py_ssize_t reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t when,
+                               double floor)
 {
     if ((bits & REUSE_LOW_BITS) >= self->track) /* dropped earlier in this call */
-        return 0;
+        return REUSE_UNTRACKED;
     Py_ssize_t pos = ktab_find(&self->tbl, bits);
     if (self->tbl.val[pos] < 0 && self->live >= self->max_live
             && self->max_live < self->max_keys) {
         Py_ssize_t grown = 2 * self->max_live;
         if (reuse_resize(self, grown < self->max_keys ? grown : self->max_keys) < 0)
-            return -1;
+            return REUSE_ERROR;
         pos = ktab_find(&self->tbl, bits);
     }
     if (self->tbl.val[pos] < 0 && self->live >= self->max_keys
             && self->track > self->threshold) {
         reuse_lower_track(self);
         if ((bits & REUSE_LOW_BITS) >= self->track)
-            return 0;
+            return REUSE_UNTRACKED;
         pos = ktab_find(&self->tbl, bits);
     }
     if (self->clock == self->slots) {
@@ -716,6 +755,8 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t whe
                     distance = elapsed;
             }
         }
+        if (distance < floor)
+            distance = floor;
         tree_add(self, previous, -1);
     }
     self->tbl.val[pos] = (int32_t)now;
@@ -723,23 +764,31 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t whe
     if (self->sampling)
         self->slot_when[now] = when;
     tree_add(self, now, 1);
-    if (!counted)
-        return 0;
-    self->sampled += self->count_weight;
-    Py_ssize_t b = self->n_bounds;
-    if (distance >= 0) {
-        Py_ssize_t lo = 0, hi = self->n_bounds; /* bisect_left */
-        while (lo < hi) {
-            Py_ssize_t mid = (lo + hi) / 2;
-            if (self->bounds[mid] < distance)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        b = lo;
+    Py_ssize_t b = reuse_bucket(self, distance);
+    if (counted) {
+        self->sampled += self->count_weight;
+        self->counts[b] += self->count_weight;
     }
-    self->counts[b] += self->count_weight;
-    return 0;
+    return b;
+}
+
+/* A reference beyond the near core's reach (it did not find the block), into this core's
+ * counts, which then hold those references alone. A tracked one (`bucket` >= 0, where
+ * this core put it) stands for as many of them as there were per tracked one since the
+ * tracked share last changed (far_refs / far_tracked, itself included), each weighing one
+ * reference (1 / weight, in samples at the threshold): the counts so add up to about every
+ * such reference, however many more or fewer of them the sample holds than the share
+ * expects (a ratio estimate: what SHARDS-adj corrects at the shortest distances, which
+ * are the near core's here). An untracked one is only counted in far_refs. */
+static void reuse_count_far(ReuseCore *self, Py_ssize_t bucket)
+{
+    self->far_refs++;
+    if (bucket < 0)
+        return;
+    self->far_tracked++;
+    double w = 1.0 / self->weight * (double)self->far_refs / (double)self->far_tracked;
+    self->sampled += w;
+    self->counts[bucket] += w;
 }
 
 /* The sampled keys' bits of one call, hashed before any is sampled (as the Python path
@@ -747,33 +796,42 @@ static int reuse_sample(ReuseCore *self, uint64_t bits, int counted, int64_t whe
  * the cache misses of a call's keys overlap instead of following one another. */
 #define REUSE_STACK_KEYS 64
 
-/* reuse_record's work, `busy` held. */
+static int reuse_ready(ReuseCore *self);
+static PyTypeObject ReuseCoreType;
+
+/* reuse_record's work, `busy` held. With a near core, every key read goes there first (in
+ * order); a sampled key the near core found within its max_keys (its exact distance counted
+ * there) only updates this core's recency, and one it did not is counted here at a distance
+ * beyond max_keys: this core counts the references beyond the near core's reach alone. */
 static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
 {
     PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
     if (fast == NULL)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), m = 0;
-    if (counted)
-        self->total += n;
     uint64_t stack[REUSE_STACK_KEYS];
     int64_t stack_at[REUSE_STACK_KEYS];
+    uint64_t near_stack[REUSE_STACK_KEYS];
+    unsigned char found_stack[REUSE_STACK_KEYS];
     uint64_t *picked = stack;
-    int64_t *picked_at = stack_at;
-    const int sampling = self->sampling; /* fixed while `busy`; the buffers follow it */
+    int64_t *picked_at = stack_at; /* the picked keys' positions in the call */
+    ReuseCore *near = (ReuseCore *)self->near; /* fixed while `busy` (no __init__ then) */
+    uint64_t *every = near != NULL ? near_stack : NULL; /* every key's bits, for `near` */
+    unsigned char *found = near != NULL ? found_stack : NULL; /* the near core found it */
+    const int sampling = self->sampling; /* fixed while `busy` */
     if (n > REUSE_STACK_KEYS) {
         picked = PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
-        picked_at = sampling ? PyMem_Malloc(sizeof(int64_t) * (size_t)n) : NULL;
+        picked_at = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
+        every = near != NULL ? PyMem_Malloc(sizeof(uint64_t) * (size_t)n) : NULL;
+        found = near != NULL ? PyMem_Malloc((size_t)n) : NULL;
     }
-    if (picked == NULL || (sampling && picked_at == NULL)) {
-        if (picked != stack) {
-            PyMem_Free(picked);
-            PyMem_Free(picked_at);
-        }
-        Py_DECREF(fast);
+    int rc = -1;
+    if (picked == NULL || picked_at == NULL || (near != NULL && (every == NULL || found == NULL))) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
+    if (counted)
+        self->total += n;
     for (Py_ssize_t i = 0; i < n && i < 8; i++)
         __builtin_prefetch(PySequence_Fast_GET_ITEM(fast, i));
     PyObject *key;
@@ -785,36 +843,67 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
         int failed = key_bits(self, key, &bits) < 0;
         Py_DECREF(key);
         if (failed)
-            goto fail;
+            goto done;
+        if (every != NULL)
+            every[i] = bits;
         if ((bits & REUSE_LOW_BITS) < self->track) {
             Py_ssize_t row = ktab_home(&self->tbl, bits);
             __builtin_prefetch(&self->tbl.key[row]);
             __builtin_prefetch(&self->tbl.val[row]);
-            if (sampling) /* the reference number bounds a scaled distance */
-                picked_at[m] = i;
+            picked_at[m] = i;
             picked[m++] = bits;
         }
     }
     int64_t first = self->refs + 1; /* the call's first key is reference number `first` */
     self->refs += i;
-    for (Py_ssize_t j = 0; j < m; j++) {
-        if (reuse_sample(self, picked[j], counted,
-                         sampling ? first + picked_at[j] : 0) < 0)
-            goto fail;
+    if (near == NULL) {
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (reuse_sample(self, picked[j], counted, sampling ? first + picked_at[j] : 0,
+                             0.0) == REUSE_ERROR)
+                goto done;
+        }
+        rc = 0;
+        goto done;
     }
+    /* The near core first: every key read, in order (a key's __hash__ may have
+     * re-initialised it above; one never initialised, or now unusable, raises). */
+    if (reuse_ready(near) < 0)
+        goto done;
+    if (counted)
+        near->total += n;
+    near->refs += i;
+    for (Py_ssize_t j = 0; j < i; j++) {
+        Py_ssize_t b = reuse_sample(near, every[j], counted, 0, 0.0);
+        if (b == REUSE_ERROR)
+            goto done;
+        found[j] = b < near->n_bounds; /* a distance found: within its max_keys */
+    }
+    /* Then this core, key by key in order: the picked keys update their recency (counted
+     * when the near core did not find them), the others beyond the near core's reach are
+     * counted by the distribution of the tracked ones (reuse_count_far). */
+    double floor = (double)near->max_keys + 1.0;
+    for (Py_ssize_t j = 0, k = 0; j < i; j++) {
+        int far = counted && !found[j];
+        Py_ssize_t b = REUSE_UNTRACKED;
+        if (k < m && picked_at[k] == j) {
+            b = reuse_sample(self, picked[k], 0, sampling ? first + j : 0, floor);
+            k++;
+            if (b == REUSE_ERROR)
+                goto done;
+        }
+        if (far)
+            reuse_count_far(self, b);
+    }
+    rc = 0;
+done:
     if (picked != stack) {
         PyMem_Free(picked);
         PyMem_Free(picked_at);
+        PyMem_Free(every);
+        PyMem_Free(found);
     }
     Py_DECREF(fast);
-    return 0;
-fail:
-    if (picked != stack) {
-        PyMem_Free(picked);
-        PyMem_Free(picked_at);
-    }
-    Py_DECREF(fast);
-    return -1;
+    return rc;
 }
 
 /* 0 if the core was initialised; else -1 with RuntimeError set (a core made by
@@ -913,8 +1002,20 @@ static void reuse_free_arrays(ReuseCore *self)
     reuse_free_sized(self);
 }
 
+/* Let go of the near core (not while a call reads keys: __init__ refuses then). */
+static void reuse_drop_near(ReuseCore *self)
+{
+    ReuseCore *near = (ReuseCore *)self->near;
+    if (near == NULL)
+        return;
+    self->near = NULL;
+    near->nears--;
+    Py_DECREF(near);
+}
+
 static void reuse_dealloc(ReuseCore *self)
 {
+    reuse_drop_near(self);
     reuse_free_arrays(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -923,9 +1024,9 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
 {
     Py_ssize_t max_keys;
     double weight;
-    PyObject *threshold_arg, *bounds, *track_arg = Py_None;
-    if (!PyArg_ParseTuple(args, "nOdO|O", &max_keys, &threshold_arg, &weight, &bounds,
-                          &track_arg))
+    PyObject *threshold_arg, *bounds, *track_arg = Py_None, *near_arg = Py_None;
+    if (!PyArg_ParseTuple(args, "nOdO|OO", &max_keys, &threshold_arg, &weight, &bounds,
+                          &track_arg, &near_arg))
         return -1;
     /* as unsigned integers, range-checked (an out-of-range int is an error, not wrapped) */
     unsigned long long threshold = PyLong_AsUnsignedLongLong(threshold_arg);
@@ -993,6 +1094,40 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "ReuseCore.__init__ while a call reads its keys");
         return -1;
     }
+    /* A core another one feeds keeps its settings (that one counts on them being exact). */
+    if (self->nears) {
+        PyMem_Free(parsed);
+        PyErr_SetString(PyExc_RuntimeError, "ReuseCore.__init__ of a core another core "
+                        "holds as its near core");
+        return -1;
+    }
+    /* The near core: exact (every key tracked, weight 1), and no chain: it has no near core
+     * of its own (and, held, takes none: above), so the feed is one level deep. */
+    ReuseCore *near = NULL;
+    if (near_arg != Py_None) {
+        const char *why = NULL;
+        if (Py_TYPE(near_arg) != &ReuseCoreType)
+            why = "near must be a ReuseCore";
+        else if (near_arg == (PyObject *)self)
+            why = "near must be another ReuseCore";
+        else if (((ReuseCore *)near_arg)->counts == NULL)
+            why = "near is not initialised";
+        else if (((ReuseCore *)near_arg)->threshold != REUSE_LOW_BITS + 1
+                 || ((ReuseCore *)near_arg)->track != REUSE_LOW_BITS + 1
+                 || ((ReuseCore *)near_arg)->weight != 1.0)
+            why = "near must track every key (threshold and track 2**24, weight 1)";
+        else if (((ReuseCore *)near_arg)->near != NULL)
+            why = "near has a near core of its own";
+        if (why != NULL) {
+            PyMem_Free(parsed);
+            PyErr_SetString(PyExc_ValueError, why);
+            return -1;
+        }
+        near = (ReuseCore *)Py_NewRef(near_arg);
+        near->nears++;
+    }
+    reuse_drop_near(self);
+    self->near = (PyObject *)near;
     reuse_free_arrays(self);
     self->max_keys = max_keys;
     self->threshold = threshold;
@@ -1168,6 +1303,8 @@ static PyObject *walk_slots(PyObject *unused, PyObject *args)
 static PyMemberDef reuse_members[] = {
     {"track", T_ULONGLONG, offsetof(ReuseCore, track), READONLY,
      "The tracking threshold now (threshold <= track <= 2**24)."},
+    {"near", T_OBJECT, offsetof(ReuseCore, near), READONLY,
+     "The exact core fed every key, or None."},
     {NULL, 0, 0, 0, NULL},
 };
 

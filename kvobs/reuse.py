@@ -21,11 +21,17 @@ blocks. Two kinds of events move a block to the top of that stack:
 Prompt blocks computed at prefill are the lookup's own misses, and an offload landing
 copies a block the profile already holds: neither adds a block to the stack.
 
-Computing it exactly needs memory for every distinct block, and :class:`ReuseProfile`
-does so until ``max_keys`` distinct blocks (131,072 by default) have been tracked: above
-the sampling rate nothing is forgotten, so blocks used once count toward the bound as
-much as blocks in use, and the share, once halved, never rises again (an engine serving
-many distinct prompts reaches the rate within minutes). From then on it follows SHARDS
+Computing it exactly needs memory for every distinct block. :class:`ReuseProfile` keeps
+two LRU stacks. The *exact* one holds the ``exact_keys`` most recently used blocks
+(131,072 by default; the least recently used one is forgotten when another arrives): a
+reference whose distance is at most that is found there with its exact distance, whatever
+the profile has seen before, so every bucket bound up to it is exact for as long as the
+engine runs (at a capacity of 10,000 blocks, 13 of the 14 bounds; at 100,000, those up to
+1.25x). The *sampled* one answers the bounds beyond it. It tracks every block too until
+``max_keys`` distinct blocks (131,072 by default) have been seen: above the sampling rate
+nothing is forgotten, so blocks used once count toward the bound as much as blocks in use,
+and the share, once halved, never rises again (an engine serving many distinct prompts
+reaches the rate within minutes). From then on it follows SHARDS
 (Waldspurger et al., FAST'15) with a fixed memory bound: a block is tracked only if a hash
 of its key falls under a threshold (spatial sampling: all references of a
 tracked block are kept, none of the others), distances between tracked blocks are scaled
@@ -40,10 +46,25 @@ largest distance of interest (the horizon, 16x the configured capacity). At ``R`
 more blocks than ``max_keys`` are live the least recently used one is forgotten
 (:attr:`forgotten`; its next reference is beyond the horizon: a miss at every size of
 interest, as it would be anyway). Counts are kept in samples at ``R`` whatever the
-tracked share (a tracked reference at share ``S`` adds ``R / S``), so the exported
-counters have one unit: the rate depends only on the capacity, engines of one size share
-it and their counters add up. Per reference the hot path pays one hash and compare; a
-tracked one an order-statistics query on a Fenwick tree: ~0.1-0.3 us in the C core
+tracked share (a tracked reference at share ``S`` adds ``R / S``; an exact one ``R``), so
+the exported counters have one unit: the rate depends only on the capacity, engines of
+one size share it and their counters add up. With the exact stack, every reference is
+looked up there first; one found there is counted there (each weighing ``R``), and the
+sampled stack only moves it to its top. Of the others (farther than ``exact_keys``, or
+cold), the sampled stack counts the tracked ones at their scaled distance (at least
+``exact_keys`` + 1), each standing for as many of them as there were per tracked one since
+the tracked share last changed: a ratio estimate, so the counts add up to about every
+reference whether the sample holds more or fewer of them than the rate expects (the
+imbalance SHARDS-adj credits to the shortest distances, which are exact here). A bucket
+beyond ``exact_keys`` is then every reference the exact stack found plus the sampled
+stack's count up to its bound; the exported counters all only grow, and the sum of the
+buckets is every reference times ``R`` (the SHARDS-adj correction is 0). At rate 1
+(capacities up to
+8,192 blocks, whose largest bound fits in ``max_keys``) the one stack is exact and no
+second one is kept. The exact stack costs about as much per key as the sampled one while
+it tracks every block, and up to ~7.5 MB when full. Per reference the hot path pays one
+hash and compare; a tracked one an order-statistics query on a Fenwick tree (in each
+stack that tracks it): ~0.1-0.3 us in the C core
 (``kvobs.kernels._native.ReuseCore``), a few microseconds in the pure-Python fallback
 used where the extension was not built (both give the same counts on the same input).
 
@@ -69,12 +90,14 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from itertools import islice
+from typing import Any
 
 from kvobs.errors import ConfigError
 from kvobs.kernels._ext import native as _native
 
 _SPACE = 1 << 24  # the sampling threshold's resolution
 _LOW_BITS = _SPACE - 1
+_UNTRACKED = -2  # _sample: the key is not tracked (above the threshold)
 
 #: Bucket bounds as multiples of the configured capacity (cold references: +Inf).
 BUCKET_FACTORS: tuple[float, ...] = (
@@ -122,8 +145,9 @@ class _Fenwick:
 
 
 class ReuseProfile:
-    """A reuse-distance profile of block references with a fixed memory bound: exact until
-    ``max_keys`` distinct blocks have been tracked, sampled from then on.
+    """A reuse-distance profile of block references with a fixed memory bound: exact for
+    every distance up to ``exact_keys`` blocks, and beyond it exact until ``max_keys``
+    distinct blocks have been tracked, sampled from then on.
 
     Args:
         capacity_blocks: the configured cache size (GPU + host) in lookup blocks; the
@@ -139,14 +163,19 @@ class ReuseProfile:
         adaptive: track every block at first, and halve the tracked share down to
             ``rate`` only as ``max_keys`` fills (exact until then; never raised again);
             ``False`` tracks the blocks sampled at ``rate`` alone (plain SHARDS).
+        exact_keys: the blocks of the exact LRU stack kept beside the sampled one (every
+            distance up to it exact, at any age); default ``max_keys`` where the rate is
+            below 1, none with ``keep_samples``; 0: none (the sample alone).
 
     Raises:
-        ConfigError: a non-positive capacity, rate outside (0, 1] or ``max_keys``.
+        ConfigError: a non-positive capacity, rate outside (0, 1], ``max_keys`` or
+            ``exact_keys`` out of range.
     """
 
     def __init__(self, capacity_blocks: int, rate: float | None = None,
                  max_keys: int = DEFAULT_MAX_KEYS, keep_samples: bool = False,
-                 native: bool | None = None, adaptive: bool = True) -> None:
+                 native: bool | None = None, adaptive: bool = True,
+                 exact_keys: int | None = None) -> None:
         if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) \
                 or capacity_blocks <= 0:
             raise ConfigError(f"reuse profile: capacity_blocks must be a positive integer, "
@@ -158,6 +187,9 @@ class ReuseProfile:
         if not 1 / _SPACE <= rate <= 1:
             raise ConfigError(f"reuse profile: rate must be in [2**-24, 1] (the sampling "
                               f"hash's resolution), got {rate!r}")
+        if exact_keys is not None and not 0 <= exact_keys <= MAX_KEYS_LIMIT:
+            raise ConfigError(f"reuse profile: exact_keys must be in [0, 2**28] (0: none), "
+                              f"got {exact_keys!r}")
         self.capacity_blocks = capacity_blocks
         self._threshold = round(rate * _SPACE)  # counted: hash bits below it
         #: the share the threshold samples: ``rate`` as given when a multiple of 2**-24
@@ -175,8 +207,20 @@ class ReuseProfile:
         self._sample_weights: list[float] = []  # with keep_samples: each one's weight
         use_native = _native is not None and not keep_samples if native is None \
             else bool(native) and _native is not None and not keep_samples
-        self._core = _native.ReuseCore(max_keys, self._threshold, self._weight,
-                                       self.bounds, self._track) if use_native else None
+        if exact_keys is None:  # by default where this profile samples and runs online
+            exact_keys = max_keys if not keep_samples else 0
+        #: the most recent blocks whose distances are exact whatever the rate (an exact
+        #: LRU stack of that many blocks fed every key, beside the sampled one): the
+        #: buckets up to it read from there; 0 at rate 1, where this profile is exact
+        self.exact_keys = exact_keys if self.rate < 1 and not keep_samples else 0
+        self._near = ReuseProfile(capacity_blocks, rate=1.0, max_keys=self.exact_keys,
+                                  native=use_native, adaptive=False, exact_keys=0) \
+            if self.exact_keys else None
+        # a distance the sample finds for a block the exact stack did not: beyond it
+        self._floor = self.exact_keys + 1.0 if self._near is not None else 0.0
+        self._core: Any = _native.ReuseCore(
+            max_keys, self._threshold, self._weight, self.bounds, self._track,
+            None if self._near is None else self._near.core) if use_native else None
         #: ``record(keys, counted)``: :meth:`reference` (counted) or :meth:`write` in one
         #: call, the C core's own method where it runs (no Python frame per lookup).
         self.record: Callable[[Sequence[Hashable], bool], None] = \
@@ -198,6 +242,11 @@ class ReuseProfile:
         self._sampled = 0.0     # counted references, in samples at the rate
         self._total = 0         # all counted references, tracked or not
         self._forgotten = 0     # tracked blocks dropped by the max_keys bound
+
+    @property
+    def core(self) -> Any:
+        """The C core (``kvobs.kernels._native.ReuseCore``), or None on the Python path."""
+        return self._core
 
     @property
     def native(self) -> bool:
@@ -263,24 +312,76 @@ class ReuseProfile:
         # give the same reference numbers.
         threshold, read = self._track, 0
         picked = []
+        every: list[int] | None = [] if self._near is not None else None
         for read, key in enumerate(islice(keys, len(keys)), 1):
-            if (bits := hash((key,))) & _LOW_BITS < threshold:
+            bits = hash((key,))
+            if every is not None:
+                every.append(bits)
+            if bits & _LOW_BITS < threshold:
                 picked.append((read, bits))
+        near = self._near
+        if near is None or every is None:
+            with self._lock:
+                first = self._refs  # the call's i-th key (from 1) is reference number first + i
+                self._refs += read
+                for i, bits in picked:
+                    self._sample(bits, counted, first + i)
+            return
+        found = near._take(every, counted, len(keys))
         with self._lock:
-            first = self._refs  # the call's i-th key (from 1) is reference number first + i
+            first = self._refs
             self._refs += read
-            for i, bits in picked:
-                self._sample(bits, counted, first + i)
+            k = 0
+            for i in range(1, read + 1):
+                # a block the exact stack found is counted there: here only its recency;
+                # the others are counted by the distribution of the tracked ones
+                bucket = _UNTRACKED
+                if k < len(picked) and picked[k][0] == i:
+                    bucket = self._sample(picked[k][1], False, first + i, self._floor)
+                    k += 1
+                if counted and not found[i - 1]:
+                    self._count_far(bucket)
 
-    def _sample(self, bits: int, counted: bool, when: int) -> None:
+    def _take(self, hashed: list[int], counted: bool, keys: int) -> list[bool]:
+        """The exact stack's feed: every key's hash of one call of the profile that holds
+        it (``keys`` the call's length, as its total counts it); whether each was found
+        (its distance, at most :attr:`max_keys`, counted here)."""
+        if counted:
+            self._total += keys
+        cold = len(self.bounds)
+        with self._lock:
+            first = self._refs
+            self._refs += len(hashed)
+            return [self._sample(bits, counted, first + i) < cold
+                    for i, bits in enumerate(hashed, 1)]
+
+    def _count_far(self, bucket: int) -> None:
+        """A reference the exact stack did not find, into this (sampled) profile's counts,
+        which then hold those alone. A tracked one (``bucket``: where it landed) stands
+        for as many of them as there were per tracked one since the tracked share last
+        changed (itself included), each weighing one reference (``rate`` samples): the
+        counts so add up to about every such reference, however many more or fewer the
+        sample holds than the share expects (a ratio estimate: what SHARDS-adj corrects
+        at the shortest distances, which are the exact stack's here)."""
+        self._far_refs += 1
+        if bucket < 0:
+            return
+        self._far_tracked += 1
+        w = 1.0 / self._weight * self._far_refs / self._far_tracked
+        self._sampled += w
+        self._counts[bucket] += w
+
+    def _sample(self, bits: int, counted: bool, when: int, floor: float = 0.0) -> int:
+        """One tracked reference (a distance found is at least ``floor``), counted if
+        ``counted``; its bucket (the last: cold), or ``_UNTRACKED``."""
         # The Fenwick operations are inlined: this runs once per tracked reference.
         if bits & _LOW_BITS >= self._track:  # dropped earlier in this call
-            return
+            return _UNTRACKED
         last = self._last
         if bits not in last and len(last) >= self.max_keys and self._track > self._threshold:
             self._lower_track()
             if bits & _LOW_BITS >= self._track:
-                return
+                return _UNTRACKED
         if self._clock == self._slots:
             self._compact()
         tree = self._tree.tree
@@ -315,6 +416,7 @@ class ReuseProfile:
                     # bound the scaled sample can overshoot (a loop of exactly a bucket
                     # bound's length); every block tracked, the distance is exact
                     distance = min(distance, when - self._when[bits])
+            distance = max(distance, floor)
             i = previous + 1
             while i < size:
                 tree[i] -= 1
@@ -327,16 +429,15 @@ class ReuseProfile:
         while i < size:
             tree[i] += 1
             i += i & -i
+        bucket = len(self.bounds) if distance is None else bisect_left(self.bounds, distance)
         if not counted:
-            return
+            return bucket
         self._sampled += self._count_weight
-        if distance is None:
-            self._counts[-1] += self._count_weight
-        else:
-            self._counts[bisect_left(self.bounds, distance)] += self._count_weight
+        self._counts[bucket] += self._count_weight
         if self.samples is not None:
             self.samples.append(float("inf") if distance is None else distance)
             self._sample_weights.append(self._count_weight)
+        return bucket
 
     def _set_track(self, track: int) -> None:
         """Track the blocks whose hash bits fall below ``track``: the scale of a distance
@@ -345,6 +446,9 @@ class ReuseProfile:
         follow from it."""
         at_rate = track == self._threshold
         self._track = track
+        # with the exact stack: references beyond it, and of them those tracked, since the
+        # tracked share last changed (the ratio of the share before is not this one's)
+        self._far_refs = self._far_tracked = 0
         self._track_weight = self._weight if at_rate else _SPACE / track
         self._count_weight = 1.0 if at_rate else self._track_weight / self._weight
 
@@ -378,10 +482,16 @@ class ReuseProfile:
         self._clock = live
 
     def _stats(self) -> tuple[int, float, int, int]:
-        """``(total, sampled, forgotten, tracked)``."""
+        """``(total, sampled, forgotten, tracked)``; with the exact near profile, sampled
+        is exactly ``total * rate`` (what its counts add up to, see :meth:`counts`)."""
         if self._core is not None:
-            return self._core.stats()  # type: ignore[no-any-return]
-        return self._total, self._sampled, self._forgotten, len(self._last)
+            total, sampled, forgotten, tracked = self._core.stats()
+        else:
+            total, sampled, forgotten, tracked = (self._total, self._sampled,
+                                                  self._forgotten, len(self._last))
+        if self._near is not None:
+            sampled = total * self.rate
+        return total, sampled, forgotten, tracked
 
     @property
     def total(self) -> int:
@@ -414,8 +524,30 @@ class ReuseProfile:
 
     def counts(self) -> list[float]:
         """Counted references per bucket, in samples at :attr:`rate` (see
-        :attr:`sampled`; the last: beyond every bound, or cold)."""
-        return self._core.counts() if self._core is not None else list(self._counts)
+        :attr:`sampled`; the last: beyond every bound, or cold).
+
+        With the exact stack (:attr:`exact_keys`), every reference counts ``rate``: a
+        bucket up to ``exact_keys`` is the exact stack's count; one beyond it adds the
+        sample's count of the references the exact stack did not find (farther than
+        ``exact_keys``) to every reference it found, the running sum capped by every
+        reference. Each running sum, and so every exported ``le`` counter, only grows."""
+        sampled: list[float] = self._core.counts() if self._core is not None \
+            else list(self._counts)
+        near = self._near
+        if near is None:
+            return sampled
+        rate, everything = self.rate, self._stats()[1]
+        exact = near.counts()
+        merged, below, within, beyond = [], 0.0, 0.0, 0.0
+        for bound, found, far in zip(self.bounds, exact, sampled, strict=False):
+            within += found * rate  # found by the exact stack: a distance <= exact_keys
+            beyond += far           # sampled beyond it (none within)
+            running = within if bound <= self.exact_keys else within + beyond
+            running = min(max(running, below), everything)
+            merged.append(running - below)
+            below = running
+        merged.append(everything - below)
+        return merged
 
     def cumulative(self) -> list[tuple[float, float]]:
         """``(bound in blocks, counted references with distance <= bound)`` in samples at

@@ -89,6 +89,72 @@ def test_a_loop_with_a_hot_set_at_a_bound_is_exact_for_every_salt(native):
             assert profile.hit_ratio(size) == pytest.approx(ratio, abs=1e-12), (salt, size)
 
 
+def aged(profile: ReuseProfile, salt: int) -> ReuseProfile:
+    """``profile`` after twice ``max_keys / rate`` distinct blocks were written once, as a
+    long-running engine's has seen (older than any reference to come: the exact LRU
+    answer of what follows is unchanged), so its tracked share is down to the rate."""
+    blocks = int(2 * profile.max_keys / profile.rate)
+    for start in range(0, blocks, 4096):
+        profile.write([("aged", salt, i) for i in range(start, min(start + 4096, blocks))])
+    assert profile.tracking_rate == profile.rate < 1 and profile.forgotten > 0
+    return profile
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_aged_profile_is_exact_up_to_its_exact_keys_for_every_salt(native):
+    """The loop with a hot set at the 5,000-block bound again, on a profile that has aged
+    to its sampling rate: sampled alone it is 0.62 off for two salts of six (no sample can
+    put every distance that equals a bound on its side); the exact LRU stack of the
+    ``exact_keys`` most recent blocks beside the sample answers every bound up to it
+    exactly. Native at the defaults (131,072 blocks at rate 1/2), six salts; the Python
+    twin at a bound of 8,192 (rate 1/32; its bounds up to 7,500 exact), two."""
+    capacity = 10_000
+    settings = {} if native else {"max_keys": 8192}
+    references = loop_with_hot_set(60_000, 4960, 40, seed=7)
+    for salt in range(6 if native else 2):
+        profile = aged(ReuseProfile(capacity, native=native, **settings), salt)
+        assert profile.exact_keys == profile.max_keys
+        for start in range(0, len(references), 64):
+            profile.reference([(salt, key) for key in references[start:start + 64]])
+        exact_bounds = [b for b in profile.bounds if b <= profile.exact_keys]
+        assert len(exact_bounds) == (13 if native else 4)
+        for size in exact_bounds:
+            assert profile.hit_ratio(size) == pytest.approx(
+                exact_lru_hit_ratio(references, size), abs=1e-12), (salt, size)
+
+
+def test_without_the_exact_stack_an_aged_profile_misses_the_loop_at_its_bound():
+    """What the exact stack is for: the same aged profile with ``exact_keys=0`` (the
+    sample alone) is far off at the loop's bound for some salt."""
+    references = loop_with_hot_set(60_000, 4960, 40, seed=7)
+    exact = exact_lru_hit_ratio(references, 5000)
+    errors = []
+    for salt in range(6):
+        profile = aged(ReuseProfile(10_000, exact_keys=0), salt)
+        for start in range(0, len(references), 64):
+            profile.reference([(salt, key) for key in references[start:start + 64]])
+        errors.append(abs(profile.hit_ratio(5000) - exact))
+    assert max(errors) > 0.3
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_buckets_beyond_the_exact_stack_never_go_backwards(native):
+    """Beyond ``exact_keys`` the buckets add the sample's counts to the exact count below,
+    capped by every reference: each cumulative bucket (an exported ``le`` counter) only
+    grows, call after call, and the last is every reference at the rate."""
+    profile = ReuseProfile(50_000, max_keys=512, native=native)  # exact up to 512 blocks
+    assert profile.exact_keys == 512 and profile.rate < 1
+    references = zipf(40_000, 30_000, 0.7, seed=11)
+    before = [0.0] * (len(profile.bounds) + 1)
+    for start in range(0, len(references), 50):
+        profile.reference(references[start:start + 50])
+        rows = [count for _, count in profile.cumulative()]
+        assert all(now >= then for now, then in zip(rows, before, strict=True))
+        assert rows == sorted(rows) and rows[-1] == pytest.approx(profile.total * profile.rate)
+        before = rows
+    assert before[-2] < before[-1]  # some references beyond every bound (or cold)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_the_tracked_share_halves_down_to_the_rate_as_max_keys_fills(native):
     """Distinct blocks past max_keys halve the tracked share (the blocks above the new
@@ -166,6 +232,9 @@ def test_bad_settings_are_clear_errors():
     for max_keys in (0, 2**28 + 1):
         with pytest.raises(ConfigError, match=r"max_keys must be in \[1, 2\*\*28\]"):
             ReuseProfile(10, max_keys=max_keys)
+    for exact_keys in (-1, 2**28 + 1):
+        with pytest.raises(ConfigError, match=r"exact_keys must be in \[0, 2\*\*28\]"):
+            ReuseProfile(10, exact_keys=exact_keys)
 
 
 def test_a_rate_between_multiples_of_the_hash_resolution_is_the_share_it_samples():

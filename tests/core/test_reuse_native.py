@@ -53,6 +53,10 @@ def test_c_core_and_python_agree_on_every_counter(capacity, rate, max_keys, adap
     assert fast.cumulative() == slow.cumulative()
     assert fast.tracking_rate == slow.tracking_rate
     assert fast.sampled > 0
+    assert (fast._near is None) == (slow._near is None) == (fast.rate == 1)
+    if fast._near is not None:  # the exact stack beside the sample: fed alike
+        assert fast._near._stats() == slow._near._stats()
+        assert fast._near.counts() == slow._near.counts()
 
 
 def test_bytes_keys_sample_alike_and_a_bad_key_is_a_clean_error() -> None:
@@ -200,3 +204,31 @@ def test_python_run_by_a_key_or_a_bound_cannot_reset_the_core_under_a_call() -> 
     assert core.counts() == [0.0, 0.0, 0.0] and core.stats() == (0, 0.0, 0, 0)
     core.reference([7, 7])
     assert core.counts() == [1.0, 0.0, 1.0]
+
+
+def test_a_near_core_is_fed_every_key_and_must_be_exact() -> None:
+    """``near``: a second core tracking every key (threshold and track 2**24, weight 1)
+    fed every key of every call from the same hash, written keys too; anything else, a
+    chain of near cores, or resetting a core another one holds, is a clear error."""
+    near = native.ReuseCore(64, 1 << 24, 1.0, [1.0, 2.0])
+    core = native.ReuseCore(64, 1 << 20, 16.0, [1.0, 2.0], None, near)
+    assert core.near is near
+    core.written_then_reference([7], [1, 2, 1, 7])
+    assert near.stats() == (4, 4.0, 0, 3)  # 4 counted references, 3 keys tracked
+    assert near.counts() == [0.0, 1.0, 3.0]  # 1 at distance 2; 7 written: distance 3
+    plain = native.ReuseCore(64, 1 << 20, 16.0, [1.0])
+    for near_arg, message in ((plain, "near must track every key"),
+                              ([1], "near must be a ReuseCore"),
+                              (native.ReuseCore.__new__(native.ReuseCore),
+                               "near is not initialised"),
+                              (native.ReuseCore(64, 1 << 24, 1.0, [1.0], None,
+                                                native.ReuseCore(64, 1 << 24, 1.0, [1.0])),
+                               "near has a near core of its own")):
+        with pytest.raises(ValueError, match=message):
+            native.ReuseCore(64, 1 << 20, 16.0, [1.0], None, near_arg)
+    with pytest.raises(ValueError, match="near must be another ReuseCore"):
+        plain.__init__(64, 1 << 24, 1.0, [1.0], None, plain)
+    with pytest.raises(RuntimeError, match="holds as its near core"):
+        near.__init__(64, 1 << 20, 16.0, [1.0])
+    del core  # let go: the near core may be reset again
+    near.__init__(64, 1 << 20, 16.0, [1.0])
