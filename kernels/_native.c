@@ -844,8 +844,12 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
         Py_DECREF(key);
         if (failed)
             goto done;
-        if (every != NULL)
+        if (every != NULL) {
             every[i] = bits;
+            Py_ssize_t row = ktab_home(&near->tbl, bits);
+            __builtin_prefetch(&near->tbl.key[row]);
+            __builtin_prefetch(&near->tbl.val[row]);
+        }
         if ((bits & REUSE_LOW_BITS) < self->track) {
             Py_ssize_t row = ktab_home(&self->tbl, bits);
             __builtin_prefetch(&self->tbl.key[row]);
