@@ -9,9 +9,10 @@ metadata, finished loads) over :class:`CpuCopyWorker`, a subclass of vLLM's
 the scheduler side, the tiering manager and its file-system tier is vLLM's.
 
 Truth comes from vLLM: the files its file-system tier wrote, the promotion jobs its
-tiering manager has in flight, its own prefix-cache stats by hit source, and its tiering
+tiering manager has in flight, its own prefix-cache stats by hit source, its tiering
 manager's counters (``vllm:kv_offload_tiering_*``: bytes and seconds written and read,
-failed jobs).
+failed jobs), and the OffloadingEvents its CPU primary tier records (which chunks hold
+data: the host tier's occupancy, stores and evictions).
 """
 
 from __future__ import annotations
@@ -195,12 +196,14 @@ class WorkerLoop(EngineDriver):
 
 
 def tiering_scheduler(tmp_path: Path, *, gpu_blocks: int = 16, host_chunks: int = 8,
-                      secondary: dict[str, Any] | None = None) -> Scheduler:
+                      secondary: dict[str, Any] | None = None,
+                      kv_events: bool = False) -> Scheduler:
     """A real Scheduler whose offloading connector runs ``TieringOffloadingSpec`` with a
-    file-system tier under ``tmp_path / "fs"`` (or the ``secondary`` tier config)."""
+    file-system tier under ``tmp_path / "fs"`` (or the ``secondary`` tier config);
+    ``kv_events``: vLLM's KV cache events on (its tiers then record OffloadingEvents)."""
     page = next(iter(layer_specs().values())).page_size_bytes * len(layer_specs())
     config = build_vllm_config(tmp_path, cpu_bytes=page * host_chunks,
-                               max_model_len=(gpu_blocks - 1) * BLOCK)
+                               max_model_len=(gpu_blocks - 1) * BLOCK, kv_events=kv_events)
     extra = config.kv_transfer_config.kv_connector_extra_config  # type: ignore[union-attr]
     extra["spec_name"] = "TieringOffloadingSpec"
     extra["tier_poll_interval_s"] = 0  # serviced per step, as vLLM does without peers
@@ -371,6 +374,85 @@ def wide_host_loop(tmp_path):
     driver = WorkerLoop(scheduler, worker_connector(scheduler))
     yield driver
     driver.offloading_manager.shutdown()
+
+
+class PrimaryEvents:
+    """The chunks holding data in the tiering manager's CPU primary tier, by vLLM's own
+    account: the OffloadingEvents that tier records (a chunk stored when its write or
+    promotion lands, removed when evicted or its write failed), every one of them seen
+    once whoever drains them (vLLM's connector, or :meth:`drain`)."""
+
+    def __init__(self, primary: Any) -> None:
+        self.primary = primary
+        self.stored = self.removed = self.failed = 0
+        self.holding: set[Any] = set()
+        take = primary.take_events
+
+        def taken() -> Any:
+            for event in take():
+                self.add(event)
+                yield event
+
+        primary.take_events = taken
+
+    def add(self, event: Any) -> None:
+        assert event.ownership is None  # the primary tier's own
+        if not event.removed:
+            self.stored += len(event.keys)
+            self.holding.update(event.keys)
+        elif event.metadata_only:  # a write that failed: it never held data
+            self.failed += len(event.keys)
+        else:
+            self.removed += len(event.keys)
+            self.holding.difference_update(event.keys)
+
+    def drain(self) -> int:
+        """Chunks holding data now (the events not drained yet taken first)."""
+        for _ in self.primary.take_events():
+            pass
+        return len(self.holding)
+
+
+def test_tiering_host_tier_equals_the_primary_tier_s_events(tmp_path):
+    """The host tier's occupancy and counters against the CPU primary tier's own
+    OffloadingEvents, not its fields: at every step, the chunks kvobs counts resident
+    less those being written (vLLM's count of pending writes) are the chunks the events
+    say hold data; at the end, the chunks stored by the events are kvobs's stores plus
+    the promotions landed from disk, and the chunks removed are kvobs's evictions."""
+    scheduler = tiering_scheduler(tmp_path, gpu_blocks=12, host_chunks=12, kv_events=True)
+    loop = WorkerLoop(scheduler, worker_connector(scheduler))
+    try:
+        rec = Recorder(engine="vllm")
+        inst = instrument_scheduler(loop.scheduler, rec)
+        tiering = plugin._attach_tiering(loop.scheduler, rec, inst)
+        assert inst.active and tiering is not None and tiering.active
+        primary = loop.offloading_manager.primary_tier
+        assert primary.events is not None  # vLLM records them with KV cache events on
+        events = PrimaryEvents(primary)
+        steps = 0
+        for turn in range(3):
+            for conv in (*range(6), 2):
+                loop.add(f"c{conv}-t{turn}-{loop.steps}", prompt(conv, 3), max_tokens=2)
+                for _ in range(400):
+                    if not loop.busy:
+                        break
+                    loop.step()
+                    steps += 1
+                    host = rec.snapshot().tier("host")
+                    holding = events.drain()
+                    assert host.resident_blocks - primary._num_write_pending_chunks \
+                        == holding, f"step {loop.steps}"
+        snap = rec.snapshot()
+        host = snap.tier("host")
+        promoted = snap.link("disk", "host").blocks
+        assert steps > 50 and events.removed > 0 and promoted > 0
+        assert events.stored == host.stores + promoted
+        assert events.removed == sum(host.evictions.values())
+        assert events.failed == snap.link("gpu", "host").failures == 0
+        tiering.unwrap()
+        inst.unwrap()
+    finally:
+        loop.offloading_manager.shutdown()
 
 
 def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, tmp_path):
