@@ -275,9 +275,10 @@ METRICS: tuple[MetricSpec, ...] = (
         "{reference}",
         ("le",),
         "Block references whose LRU reuse distance is at most le blocks, in samples at "
-        "kvobs_reuse_sample_rate: a reference counts the rate over the share of blocks "
-        "tracked then (fractions of a sample while every block is tracked and distances "
-        'are exact) (cumulative; le="+Inf" counts every reference, cold ones included). '
+        "kvobs_reuse_sample_rate: a reference counts the rate (a fraction of a sample) "
+        "where its distance is exact (within kvobs_reuse_exact_blocks, or every block "
+        "tracked), a sampled one beyond that the references it stands for "
+        '(cumulative; le="+Inf" counts every reference, cold ones included). '
         "The kvobs:reuse_hit_ratio rules turn it into the predicted hit ratio per size.",
     ),
     _g(
@@ -293,9 +294,19 @@ METRICS: tuple[MetricSpec, ...] = (
         "kvobs_reuse_tracking_rate",
         "1",
         (),
-        "Share of blocks the reuse-distance profile tracks now: 1 (distances exact) until "
-        "as many distinct blocks as its memory bound holds were tracked, then halved each "
-        "time the bound fills again, down to kvobs_reuse_sample_rate; it never rises again.",
+        "Share of blocks the reuse-distance profile's sampled stack tracks now: 1 "
+        "(distances exact) until as many distinct blocks as its memory bound holds were "
+        "tracked, then halved each time the bound fills again, down to "
+        "kvobs_reuse_sample_rate; it never rises again.",
+    ),
+    _g(
+        "kvobs_reuse_exact_blocks",
+        "{block}",
+        (),
+        "Reuse distances up to this many blocks are counted exactly now, whatever "
+        "kvobs_reuse_tracking_rate: the profile's exact LRU stack of the most recently used "
+        "blocks (131,072 by default; 0: none, then exact only while the tracking rate is "
+        "1). Every kvobs_reuse_sampled_references_total bucket up to it is exact.",
     ),
     _g(
         "kvobs_reuse_capacity_blocks",

@@ -718,7 +718,7 @@ class Recorder:
         profile = self.reuse
         reuse = None if profile is None else ReuseSnapshot(
             profile.capacity_blocks, profile.rate, profile.total, tuple(profile.cumulative()),
-            profile.forgotten, profile.tracking_rate)
+            profile.forgotten, profile.tracking_rate, profile.exact_blocks)
         return RecorderSnapshot(
             self.engine,
             self.model,

@@ -268,6 +268,22 @@ class ReuseProfile:
         track = self._core.track if self._core is not None else self._track
         return self.rate if track == self._threshold else track / _SPACE
 
+    @property
+    def exact_blocks(self) -> int:
+        """Distances up to this many blocks are counted exactly now (every bucket bound
+        up to it is exact): :attr:`exact_keys` with the exact stack; ``max_keys`` while
+        the one stack tracks every block (rate 1, or not yet halved); else 0.
+
+        Example:
+            >>> ReuseProfile(100_000).exact_blocks, ReuseProfile(1000).exact_blocks
+            (131072, 131072)
+            >>> ReuseProfile(100_000, exact_keys=0, max_keys=8).exact_blocks
+            8
+        """
+        if self._near is not None:
+            return self.exact_keys
+        return self.max_keys if self.tracking_rate >= 1.0 else 0
+
     def reference(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` (one request's prompt, in order) were looked up: counted.
 

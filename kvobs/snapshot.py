@@ -122,6 +122,7 @@ class ReuseSnapshot:
     cumulative: tuple[tuple[float, float], ...]  # (bound in blocks, counted refs <= bound)
     forgotten: int = 0  # tracked blocks dropped by the profile's memory bound
     tracking_rate: float = 1.0  # share of blocks tracked now (1: exact distances)
+    exact_blocks: int = 0  # distances up to this many blocks counted exactly now
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class Curve:
     #: a fleet curve: the lowest share of blocks its engines' profiles tracked in the
     #: window (1: every block, exact at the bucket bounds; None: not exported)
     tracking_rate: float | None = None
+    #: a fleet curve: the fewest blocks up to which its engines' profiles counted every
+    #: distance exactly in the window (their exact stacks; None: not exported)
+    exact_blocks: float | None = None
 
     def hit_ratio(self, size_blocks: float) -> float:
         """Predicted hit ratio of block references for a cache of ``size_blocks``."""
@@ -95,6 +98,8 @@ def curve_from_trace(lines: IO[str], source: str = "trace",
 
 #: Read when present: whether the engines' profiles tracked every block (exact at bounds).
 TRACKING_SERIES = "kvobs_reuse_tracking_rate"
+#: Read when present: up to how many blocks the engines' profiles were exact.
+EXACT_SERIES = "kvobs_reuse_exact_blocks"
 
 #: The series a fleet's curve is read from (all four are needed).
 PROFILE_SERIES = (
@@ -159,11 +164,13 @@ def curves_from_prometheus(client: object, window: str = "1h",
     if not groups:
         raise ConfigError(f"no engine has every kvobs_reuse_* series in the last {window}"
                           f"{scope}: is its /metrics scraped whole?")
-    # optional (older kvobs versions do not export it): the lowest tracked share
-    for series in query(f"min_over_time({TRACKING_SERIES}{where}[{window}])"):
-        engine = engines.get(_identity(series.labels))
-        if engine is not None and series.samples:
-            engine["tracking"] = series.samples[-1][1]
+    # optional (older kvobs versions do not export them): the lowest tracked share, and
+    # the fewest blocks up to which distances were exact
+    for name, field in ((TRACKING_SERIES, "tracking"), (EXACT_SERIES, "exact")):
+        for series in query(f"min_over_time({name}{where}[{window}])"):
+            engine = engines.get(_identity(series.labels))
+            if engine is not None and series.samples:
+                engine[field] = series.samples[-1][1]
     source = getattr(client, "base_url", "prometheus")
     return [_group_curve(members, capacity_blocks, source)
             for capacity_blocks, members in sorted(groups.items())]
@@ -200,10 +207,13 @@ def _group_curve(members: list[dict[str, Any]], capacity_blocks: float, source: 
         hits = sum(m["sampled"].get(le, 0.0) / m["rate"] for m in members)
         points.append((float(le), adjusted_hit_ratio(hits, every, references, 1.0)
                        if references > 0 else 0.0))
-    known = all("tracking" in m for m in members)
+    def lowest(field: str) -> float | None:
+        return min(float(m[field]) for m in members) if all(field in m for m in members) \
+            else None
+
     return Curve(references, False, source, _points=tuple(points),
                  capacity_blocks=capacity_blocks, engines=len(members),
-                 tracking_rate=min(float(m["tracking"]) for m in members) if known else None)
+                 tracking_rate=lowest("tracking"), exact_blocks=lowest("exact"))
 
 
 def host_hit_ratio(curve: Curve, gpu_blocks: float, host_blocks: float,

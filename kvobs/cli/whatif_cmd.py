@@ -120,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**one, "curves": entries}, indent=2))
         return 0
     for curve, rows in answers:
-        kind = "exact LRU replay" if curve.exact else _profile_kind(curve.tracking_rate)
+        kind = "exact LRU replay" if curve.exact else _profile_kind(
+            curve.tracking_rate, curve.exact_blocks,
+            max(row["blocks"] for row in rows) if rows else 0.0)
         fleet = "" if curve.capacity_blocks is None else (
             f", {curve.engines} engine{'s' * (curve.engines != 1)} of "
             f"{curve.capacity_blocks:,.0f} blocks")
@@ -131,13 +133,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_kind(tracking_rate: float | None) -> str:
-    """How a fleet curve was measured, as its engines' profiles say."""
-    if tracking_rate is None:
-        return "sampled profile"
-    if tracking_rate >= 1.0:
+def _profile_kind(tracking_rate: float | None, exact_blocks: float | None = None,
+                  largest: float = 0.0) -> str:
+    """How a fleet curve was measured, as its engines' profiles say (``largest``: the
+    largest size asked for)."""
+    if tracking_rate is not None and tracking_rate >= 1.0:
         return "every block tracked: exact at the bucket bounds"
-    return f"sampled profile, {tracking_rate:g} of blocks tracked"
+    if exact_blocks and exact_blocks >= largest:
+        return f"exact at the bucket bounds up to {exact_blocks:,.0f} blocks"
+    sampled = "sampled profile" if tracking_rate is None else \
+        f"sampled profile, {tracking_rate:g} of blocks tracked"
+    if exact_blocks:
+        return f"exact at the bucket bounds up to {exact_blocks:,.0f} blocks, {sampled} beyond"
+    return sampled
 
 
 def _json_entry(curve: Any, rows: list[dict[str, float]]) -> dict[str, Any]:
@@ -145,7 +153,7 @@ def _json_entry(curve: Any, rows: list[dict[str, float]]) -> dict[str, Any]:
                              "exact": curve.exact, "sizes": rows}
     if curve.capacity_blocks is not None:
         entry.update(capacity_blocks=curve.capacity_blocks, engines=curve.engines,
-                     tracking_rate=curve.tracking_rate)
+                     tracking_rate=curve.tracking_rate, exact_blocks=curve.exact_blocks)
     return entry
 
 

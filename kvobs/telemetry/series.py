@@ -92,6 +92,7 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
             add("kvobs_reuse_sampled_references_total", {"le": le}, counted)
         add("kvobs_reuse_sample_rate", {}, reuse.rate)
         add("kvobs_reuse_tracking_rate", {}, reuse.tracking_rate)
+        add("kvobs_reuse_exact_blocks", {}, reuse.exact_blocks)
         add("kvobs_reuse_capacity_blocks", {}, reuse.capacity_blocks)
         add("kvobs_reuse_forgotten_blocks_total", {}, reuse.forgotten)
 

@@ -140,3 +140,18 @@ def test_a_fleet_curve_says_how_it_was_measured(share, words):
     from kvobs.cli.whatif_cmd import _profile_kind
 
     assert _profile_kind(share) == words
+
+
+@pytest.mark.parametrize(("share", "exact", "words"), [
+    (0.5, 131072.0, "exact at the bucket bounds up to 131,072 blocks"),
+    (0.0625, 131072.0, "exact at the bucket bounds up to 131,072 blocks, sampled profile, "
+                       "0.0625 of blocks tracked beyond"),
+    (0.25, 0.0, "sampled profile, 0.25 of blocks tracked"),
+    (None, 4096.0, "exact at the bucket bounds up to 4,096 blocks, sampled profile beyond")])
+def test_a_fleet_curve_says_up_to_where_its_exact_stack_answers(share, exact, words):
+    """Engines with the exact LRU stack: exact up to its blocks whatever the sampled share;
+    the table's largest size (here 200,000 blocks, or 100,000) says whether it all is."""
+    from kvobs.cli.whatif_cmd import _profile_kind
+
+    largest = 100_000.0 if share == 0.5 else 200_000.0
+    assert _profile_kind(share, exact, largest) == words

@@ -87,6 +87,7 @@ def test_one_curve_per_capacity_equal_to_exact_lru(fleet: str) -> None:
     curves = answer["curves"]
     assert [(c["capacity_blocks"], c["engines"]) for c in curves] == [(64, 2), (200, 1)]
     assert [c["tracking_rate"] for c in curves] == [1.0, 1.0]  # every block tracked
+    assert [c["exact_blocks"] for c in curves] == [131072, 131072]  # the default bound
     for curve, names in zip(curves, (["a", "b"], ["c"]), strict=True):
         bounds = [row["blocks"] for row in curve["sizes"]]
         assert bounds[0] == max(1, round(curve["capacity_blocks"] / 8))
