@@ -14,23 +14,12 @@ if [[ -f "$DEST/include/python3.13/Python.h" && -f "$DEST/include/x86_64-linux-g
     echo "python headers: 3.13 already in $DEST"
     exit 0
 fi
-[[ "$(dpkg --print-architecture)" == amd64 ]] || { echo "python headers: amd64 only" >&2; exit 1; }
-
+# shellcheck source=lib/trixie.sh
+source "$REPO/scripts/deps/lib/trixie.sh"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/lists/partial" "$WORK/cache/archives/partial"
-# the mirror the system already uses, Debian 13's suite
-uri="$(grep -hoE '^URIs: *[^ ]+/debian$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 | awk '{print $2}')"
-[[ -n "$uri" ]] || uri="$(grep -hoE '^deb +[^ ]+/debian ' /etc/apt/sources.list 2>/dev/null | head -n1 | awk '{print $2}')"
-[[ -n "$uri" ]] || { echo "python headers: no Debian mirror in the apt sources" >&2; exit 1; }
-printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$uri" > "$WORK/trixie.sources"
-apt_private=(-o "Dir::Etc::SourceList=$WORK/trixie.sources" -o Dir::Etc::SourceParts=/dev/null
-             -o "Dir::State::Lists=$WORK/lists" -o "Dir::Cache=$WORK/cache"
-             -o APT::Sandbox::User=root)
-apt-get -qq "${apt_private[@]}" update
+trixie_download "$WORK" libpython3.13-dev python3.13-dev
 cd "$WORK"
-apt-get -qq "${apt_private[@]}" download libpython3.13-dev python3.13-dev
 rm -rf "$DEST"
 mkdir -p "$DEST"
 for deb in ./*.deb; do dpkg-deb -x "$deb" unpacked; done
