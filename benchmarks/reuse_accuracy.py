@@ -4,8 +4,8 @@ Every workload is a trace of cache events: prefix lookups (counted) and, for mul
 chat, the answer blocks an engine writes during decode (not counted, but cached: the next
 turn's prompt hits them). For each configured capacity from 1,000 to 100,000 blocks and
 each hash salt (which blocks get sampled), the default profile's predicted hit ratio at
-every bucket bound is compared with an exact LRU replay of the same events
-(``tests/lru_oracle.py``); the table prints the largest and the mean absolute error per
+every bucket bound is compared with the exact LRU answer of the same events (every
+reuse distance, in one pass: ``tests/lru_oracle.py``); the table prints the largest and the mean absolute error per
 workload and capacity, over bounds and salts (goal: max <= 0.02, mean <= 0.01), with the
 sampling rate (the counted share of blocks) and the tracking rate at the end of the trace
 (the share whose recency was kept: 1 while the blocks in use fit in ``max_keys``, when the
@@ -18,7 +18,10 @@ when the trace starts: the accuracy of the default settings in production. ``--m
 shrinks the memory bound (lower rates, sampled within the trace); ``--fixed`` tracks the
 sampled blocks alone (the profile before the adaptive tracking), for comparison;
 ``--exact-keys 0`` drops the exact LRU stack kept beside the sample (the profile before
-it), ``--exact-keys N`` keeps N blocks there.
+it), ``--exact-keys N`` keeps N blocks there. ``--long`` adds traces whose distances
+reach far past 131,072 blocks (a Zipf over 2 million blocks, chat with 6,000
+conversations coming back): there the default profile's largest buckets come from its
+sampled stack.
 
     python -m benchmarks.reuse_accuracy                    # table
     python -m benchmarks.reuse_accuracy --json
@@ -26,6 +29,7 @@ it), ``--exact-keys N`` keeps N blocks there.
     python -m benchmarks.reuse_accuracy --aged             # a profile that has aged
     python -m benchmarks.reuse_accuracy --max-keys 4096    # sampled distances
     python -m benchmarks.reuse_accuracy --aged --exact-keys 0   # the sample alone
+    python -m benchmarks.reuse_accuracy --aged --long --only long   # distances past 131,072
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import itertools
 import json
 import sys
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +48,7 @@ from tests.lru_oracle import (  # the tests' exact-LRU oracle
     Event,
     chat_prefixes,
     chat_with_answers,
-    exact_lru_event_hit_ratio,
+    exact_reuse_distances,
     loop,
     loop_with_hot_set,
     mixed_trace,
@@ -52,6 +57,9 @@ from tests.lru_oracle import (  # the tests' exact-LRU oracle
 )
 
 _MASK = (1 << 64) - 1
+#: A trace's exact answer: its sorted reuse distances (cold references left out) and its
+#: counted references (tests/lru_oracle.py exact_reuse_distances).
+Exact = tuple[list[int], int]
 #: Keys of the aged profile's earlier blocks: apart from every workload's keys.
 _AGED_BASE = 1 << 62
 ADVERSARIAL = "adversarial: "
@@ -61,9 +69,10 @@ def _lookups(keys: list[int]) -> list[Event]:
     return [(key, True) for key in keys]
 
 
-def _chat(requests: int, seed: int, hot: int = 0) -> list[Event]:
+def _chat(requests: int, seed: int, hot: int = 0, live: int = 600) -> list[Event]:
     events: list[Event] = []
-    for prompt, answer in chat_with_answers(requests, seed, hot_system_blocks=hot):
+    for prompt, answer in chat_with_answers(requests, seed, hot_system_blocks=hot,
+                                            live_conversations=live):
         events.extend((key, True) for key in prompt)
         events.extend((key, False) for key in answer)
     return events
@@ -86,6 +95,14 @@ WORKLOADS: dict[str, Callable[[int], list[Event]]] = {
     # distinct blocks than references since, and a pure loop has no repeats).
     ADVERSARIAL + "loop 4960 + hot 40": lambda seed: _lookups(
         loop_with_hot_set(120_000, 4960, 40, seed=seed)),
+}
+
+#: ``--long``: traces whose reuse distances reach far past the default bound (131,072
+#: blocks), where the default profile's buckets come from its sampled stack.
+LONG_WORKLOADS: dict[str, Callable[[int], list[Event]]] = {
+    "long: zipf-0.8 (2M keys, 3M refs)": lambda seed: _lookups(
+        zipf(3_000_000, 2_000_000, 0.8, seed=seed)),
+    "long: chat, 6,000 live conversations": lambda seed: _chat(60_000, seed, live=6000),
 }
 
 
@@ -121,21 +138,21 @@ def profile_of(events: list[Event], capacity: int, max_keys: int = DEFAULT_MAX_K
     return profile
 
 
-def errors(events: list[Event], capacity: int, salts: int, exact: dict[int, float],
+def errors(events: list[Event], capacity: int, salts: int, exact: Exact,
            max_keys: int = DEFAULT_MAX_KEYS, adaptive: bool = True,
            aged: bool = False, exact_keys: int | None = None) -> tuple[list[float], float]:
     """|profile - exact| at every bucket bound, for every salt; the lowest tracking rate
-    at the end."""
+    at the end. ``exact``: the trace's sorted exact reuse distances and counted events."""
     out, tracking = [], 1.0
     earlier = aged_blocks(capacity, max_keys) if aged else 0
+    distances, counted = exact
     for salt in range(salts):
         profile = profile_of(salted(events, salt), capacity, max_keys, adaptive,
                              aged=earlier, salt=salt, exact_keys=exact_keys)
         tracking = min(tracking, profile.tracking_rate)
         for bound in profile.bounds:
-            if bound not in exact:
-                exact[bound] = exact_lru_event_hit_ratio(events, bound)
-            out.append(abs(profile.hit_ratio(bound) - exact[bound]))
+            truth = bisect_right(distances, bound) / counted
+            out.append(abs(profile.hit_ratio(bound) - truth))
     return out, tracking
 
 
@@ -156,16 +173,20 @@ def main() -> None:
     parser.add_argument("--exact-keys", type=int, default=None,
                         help="the exact LRU stack beside the sample, in blocks (default: "
                              "max_keys where the rate is below 1; 0: the sample alone)")
+    parser.add_argument("--long", action="store_true",
+                        help="also traces whose reuse distances reach past 131,072 blocks "
+                             "(3M references; minutes)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     capacities = [int(c) for c in args.capacities.split(",")]
     rows: list[dict[str, Any]] = []
-    for name, make in WORKLOADS.items():
+    workloads = {**WORKLOADS, **(LONG_WORKLOADS if args.long else {})}
+    for name, make in workloads.items():
         if args.only not in name:
             continue
         started = time.monotonic()
         events = make(args.seed)
-        exact: dict[int, float] = {}
+        exact = exact_reuse_distances(events)
         for capacity in capacities:
             errs, tracking = errors(events, capacity, args.salts, exact,
                                     max_keys=args.max_keys, adaptive=not args.fixed,

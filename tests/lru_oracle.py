@@ -97,13 +97,52 @@ def exact_lru_event_hit_ratio(events: Sequence[Event], size: int) -> float:
     return hits / counted
 
 
+def exact_reuse_distances(events: Sequence[Event]) -> tuple[list[int], int]:
+    """``(sorted LRU reuse distances of the counted events that were not cold, counted
+    events)`` in one pass (a Fenwick tree over event times marks each block's latest
+    use): an LRU cache of ``size`` blocks hits exactly the distances ``<= size``, so this
+    answers every size at once, as :func:`exact_lru_event_hit_ratio` does one size."""
+    size = len(events) + 1
+    tree = [0] * (size + 1)
+    last: dict[object, int] = {}
+    distances: list[int] = []
+    counted = 0
+    for now, (key, is_lookup) in enumerate(events, 1):
+        previous = last.get(key)
+        if previous is not None:
+            if is_lookup:  # distinct blocks used after `previous`, + the block itself
+                i, later = now - 1, 0
+                while i > 0:
+                    later += tree[i]
+                    i -= i & -i
+                i = previous
+                while i > 0:
+                    later -= tree[i]
+                    i -= i & -i
+                distances.append(later + 1)
+            i = previous
+            while i <= size:
+                tree[i] -= 1
+                i += i & -i
+        last[key] = now
+        i = now
+        while i <= size:
+            tree[i] += 1
+            i += i & -i
+        counted += is_lookup
+    distances.sort()
+    return distances, counted
+
+
 def chat_with_answers(requests: int, seed: int, systems: int = 60,
-                      hot_system_blocks: int = 0) -> Iterator[tuple[list[int], list[int]]]:
+                      hot_system_blocks: int = 0,
+                      live_conversations: int = 600) -> Iterator[tuple[list[int], list[int]]]:
     """Multi-turn chat: ``(prompt blocks looked up, answer blocks written in decode)`` per
     request. A returning conversation's prompt is its history: every earlier prompt and
     answer, then the new user turn, so its last answer is hit only if written blocks are
     seen. System prompts have Zipf popularity; ``hot_system_blocks`` > 0 makes one tiny
-    system prompt of that many blocks that half the conversations share."""
+    system prompt of that many blocks that half the conversations share; at most
+    ``live_conversations`` come back (a random one leaves when another starts)."""
     rng = random.Random(seed)
     fresh = itertools.count(1 << 40)
     prompts = [[next(fresh) for _ in range(rng.randrange(4, 24))] for _ in range(systems)]
@@ -120,7 +159,7 @@ def chat_with_answers(requests: int, seed: int, systems: int = 60,
                 system = prompts[min(int(rng.paretovariate(1.1)) - 1, len(prompts) - 1)]
             convo = [*system, *(next(fresh) for _ in range(rng.randrange(1, 6)))]
             live.append(convo)
-            if len(live) > 600:
+            if len(live) > live_conversations:
                 live.pop(rng.randrange(len(live)))
         answer = [next(fresh) for _ in range(rng.randrange(1, 12))]
         yield list(convo), answer

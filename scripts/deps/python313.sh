@@ -76,8 +76,11 @@ fi
 if ! "$VENV/bin/python" -c 'import pytest, structlog, opentelemetry.sdk, prometheus_client, setuptools' 2>/dev/null; then
     rm -rf "$VENV"
     "$PY" -m venv --without-pip "$VENV"  # Debian's ensurepip is a separate package
-    # pip itself, as a wheel run as a zipapp
-    quiet_pip python3 -m pip download -q --no-deps -d "$WORK/pip" pip
+    # pip itself, as a wheel run as a zipapp (fetched by the project's venv: `make deps`
+    # runs after `make setup`; a system python3 may have no pip)
+    fetcher="$REPO/.venv/bin/python"
+    [[ -x "$fetcher" ]] || fetcher=python3
+    quiet_pip "$fetcher" -m pip download -q --no-deps -d "$WORK/pip" pip
     quiet_pip "$VENV/bin/python" "$(ls "$WORK"/pip/pip-*.whl | head -n1)/pip" install -q --disable-pip-version-check "${TEST_DEPS[@]}"
     say "venv $VENV: $("$VENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | awk 'NR>2{printf "%s %s, ", $1, $2}')"
 fi
