@@ -266,3 +266,19 @@ def test_exact_across_many_compactions_and_the_max_keys_bound():
     for size in (b for b in bucketed.bounds if b <= 64):
         assert bucketed.hit_ratio(size) == pytest.approx(
             exact_lru_hit_ratio(references, size), abs=1e-12)
+
+
+def test_the_one_pass_oracle_is_the_lru_replay():
+    """``exact_reuse_distances`` (every distance at once, what benchmarks/reuse_accuracy
+    compares with) answers each size as an LRU cache replayed at that size does, writes
+    included."""
+    import bisect
+
+    from tests.lru_oracle import exact_lru_event_hit_ratio, exact_reuse_distances, mixed_trace
+
+    events = mixed_trace(30_000, seed=3)
+    distances, counted = exact_reuse_distances(events)
+    assert counted == sum(1 for _, is_lookup in events if is_lookup)
+    for size in (1, 7, 100, 1000, 5000, 20_000):
+        assert bisect.bisect_right(distances, size) / counted == pytest.approx(
+            exact_lru_event_hit_ratio(events, size), abs=1e-12), size
