@@ -197,7 +197,7 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
 @contextlib.contextmanager
 def _readers_replaced(replace: Callable[[str, Any], Any]) -> Iterator[None]:
     """While it lasts, every adapter hook table the scheduler is instrumented from (the
-    pool's promoting ``cache_full_blocks`` included) holds ``replace(name, reader)`` in
+    pool's counting-only ``get_new_blocks`` included) holds ``replace(name, reader)`` in
     place of each before / after reader (``name``: ``"<module>.<method> before"``)."""
     from kvobs.adapters.vllm import block_pool, connector, lookups, offloading
     from kvobs.adapters.vllm import steps as step_timing
@@ -209,7 +209,7 @@ def _readers_replaced(replace: Callable[[str, Any], Any]) -> Iterator[None]:
             after=hook.after and replace(f"{short}.{hook.method} after", hook.after))
 
     tables = [(module, "SPEC") for module in (block_pool, connector, lookups, offloading,
-                                              step_timing)] + [(block_pool, "CACHE_FULL_PROMOTING")]
+                                              step_timing)] + [(block_pool, "COUNT_ONLY")]
     saved = [getattr(module, name) for module, name in tables]
     try:
         for (module, name), table in zip(tables, saved, strict=True):
@@ -334,7 +334,7 @@ def method_costs(running: int, rounds: int, steps: int, warmup: int,
     methods it calls, so the rows add up. The scheduler's own ``schedule`` /
     ``update_from_output`` (step timing's hooks, which hold the whole step) are left out:
     ``--readers`` times their readers. The no-op readers are Python functions, so for a
-    hook whose reader is in C (``cache_full_blocks``) the floor includes a Python call
+    hook whose readers are in C (``get_new_blocks``) the floor includes Python calls
     the real path does not make. The three are built once, in one order (where a
     scheduler lands in memory moves its time by up to ~1.5%)."""
     names = ("plain", "kvobs", "hooks")
@@ -391,8 +391,8 @@ def method_costs(running: int, rounds: int, steps: int, warmup: int,
         finally:
             gc.enable()
         for (name, path, method), timed in shims.items():
-            # a rewrap (the pool's promoting cache_full_blocks, once a partial block was
-            # hashed) would replace a shim and, in the no-op scheduler, install real readers
+            # a rewrap (a hook table's hook installed again after the shims) would replace a
+            # shim and, in the no-op scheduler, install real readers
             if getattr(_resolve(workloads[name].driver.scheduler, path), method) is not timed:
                 raise RuntimeError(f"{name}: {path}.{method} was rewrapped during the run; "
                                    "its times would be wrong")

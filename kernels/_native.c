@@ -26,6 +26,8 @@
  *   walk_slots(blocks, hash_member, count_member) -> (hashed, in_use, cached): one pass
  *       over a vLLM BlockPool's blocks (kvobs.adapters.vllm.block_pool.walk), reading two
  *       __slots__ fields by their offsets.
+ *   new_blocks_before / new_blocks_after: the readers of a vLLM BlockPool's
+ *       get_new_blocks (allocations and the capacity evictions it makes).
  *   HookCall: an adapter's wrapper of one engine method (kernels/_hookcall.c).
  */
 #define PY_SSIZE_T_CLEAN
@@ -2570,159 +2572,131 @@ static PyTypeObject LinkCoreType = {
     .tp_getset = link_getset,
 };
 
-/* ---- vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool) -------------------
+/* ---- vLLM get_new_blocks readers (kvobs.adapters.vllm.block_pool) ----------------------
  *
- * cache_full_after(inst, before, result, request, blocks, num_cached_blocks,
- *                  num_full_blocks, block_size=0, kv_cache_group_id=0, *rest)
- *     What block_pool._python_cache_full_after does, in one C call (it runs for every
- *     block a request fills): inst.hashes_gained += blocks of the window
- *     blocks[num_cached_blocks:num_full_blocks] holding a hash, minus `before` (those that
- *     held one before the call; None: none); then, when inst.written_to (the recorder's
- *     written_pending list) is not None and the group is 0, the hashes beyond the prompt,
- *     request.block_hashes[lo:end] (lo = max(num_cached_blocks * per, num_prompt_tokens //
- *     inst.hash_size), end = num_full_blocks * per, per = block_size // inst.hash_size or
- *     1), are appended to that list, or handed to inst.rec.written() where they would take
- *     it past WRITTEN_MAX (kvobs.recorder.WRITTEN_MAX: the recorder then flushes). Arguments
- *     may also come by keyword (the wrappers of engines whose signature is not plain).
+ * new_blocks_before(inst, num_blocks) -> int
+ *     The blocks BlockPool.get_new_blocks(num_blocks) is about to evict: of the first
+ *     num_blocks blocks linked after the free queue's fake head (those it pops), the ones
+ *     holding a prefix hash. inst.free_walk is (head, next_member, hash_member): the fake
+ *     head and the block class's __slots__ descriptors of next_free_block and _block_hash
+ *     (None, None: read as attributes). A block of another type than the descriptors' is
+ *     read as attributes too. What block_pool.python_new_blocks_before does; it runs on
+ *     every allocation, holding the GIL (the engine cannot move under the walk).
+ * new_blocks_after(inst, evicted, result, num_blocks) -> None
+ *     The call returned: inst.tier.allocate(num_blocks), then, where evicted is not 0,
+ *     inst.tier.evict(evicted, "capacity"); added to a C TierCore's counters in place
+ *     (what those two calls do without keys), else through the two methods. What
+ *     block_pool.python_new_blocks_after does.
+ * Arguments may also come by keyword (the wrappers of engines whose signature is not
+ * plain), and more may follow (ignored, as the Python twins' *args / **kwargs).
  */
 
-#define WRITTEN_MAX 4096
+static PyObject *s_free_walk, *s_next_free_block, *s_block_hash, *s_tier, *s_allocate,
+    *s_evict;
+static PyObject *s_before_args[2], *s_after_args[4];
 
-static PyObject *s_block_hash, *s_hashes_gained, *s_written, *s_written_to, *s_hash_size,
-    *s_rec, *s_num_prompt_tokens, *s_block_hashes;
-
-static PyObject *cache_full_written(PyObject *inst, PyObject *request, Py_ssize_t cached,
-                                    Py_ssize_t full, Py_ssize_t block_size);
-
-/* cache_full_after's parameters, in order (interned at import), and how many. */
-#define CACHE_FULL_ARGS 9
-static const char *const cache_full_arg_names[CACHE_FULL_ARGS] = {
-    "inst", "before", "result", "request", "blocks", "num_cached_blocks", "num_full_blocks",
-    "block_size", "kv_cache_group_id"};
-static PyObject *s_cache_full_args[CACHE_FULL_ARGS];
-
-static int attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
+/* `block`'s slot at `at` (of type `owner`), or its attribute `name` where it is of another
+ * type or at is -1: a new reference, None for an empty slot, NULL with an error set. */
+static PyObject *slot_or_attr(PyObject *block, Py_ssize_t at, PyTypeObject *owner,
+                              PyObject *name)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL)
-        return -1;
-    *out = PyLong_AsSsize_t(v);
-    Py_DECREF(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    if (at >= 0 && PyObject_TypeCheck(block, owner)) {
+        PyObject *v = *(PyObject **)((char *)block + at);
+        return Py_NewRef(v != NULL ? v : Py_None);
+    }
+    return PyObject_GetAttr(block, name);
 }
 
-static PyObject *cache_full_after(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *new_blocks_before(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
+                                   PyObject *kwnames)
+{
+    PyObject *a[2];
+    if (fast_args("new_blocks_before", args, nargsf, kwnames, s_before_args, 2, a, 1) < 0)
+        return NULL;
+    if (a[0] == NULL || a[1] == NULL)
+        return PyErr_Format(PyExc_TypeError, "new_blocks_before: missing %U",
+                            s_before_args[a[0] == NULL ? 0 : 1]);
+    Py_ssize_t n = PyLong_AsSsize_t(a[1]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *walk = PyObject_GetAttr(a[0], s_free_walk);
+    if (walk == NULL)
+        return NULL;
+    if (!PyTuple_Check(walk) || PyTuple_GET_SIZE(walk) != 3) {
+        Py_DECREF(walk);
+        return PyErr_Format(PyExc_TypeError, "new_blocks_before: free_walk must be a tuple "
+                                             "(head, next_member, hash_member)");
+    }
+    Py_ssize_t next_at = -1, hash_at = -1;
+    PyTypeObject *next_type = NULL, *hash_type = NULL;
+    PyObject *next_member = PyTuple_GET_ITEM(walk, 1), *hash_member = PyTuple_GET_ITEM(walk, 2);
+    if (next_member != Py_None && hash_member != Py_None &&
+        ((next_at = member_offset(next_member, &next_type)) < 0 ||
+         (hash_at = member_offset(hash_member, &hash_type)) < 0)) {
+        Py_DECREF(walk);
+        return NULL;
+    }
+    PyObject *block = Py_NewRef(PyTuple_GET_ITEM(walk, 0));
+    Py_DECREF(walk);
+    Py_ssize_t hashed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *next = slot_or_attr(block, next_at, next_type, s_next_free_block);
+        Py_DECREF(block);
+        if (next == NULL)
+            return NULL;
+        block = next;
+        if (block == Py_None)
+            break;
+        PyObject *hash = slot_or_attr(block, hash_at, hash_type, s_block_hash);
+        if (hash == NULL) {
+            Py_DECREF(block);
+            return NULL;
+        }
+        hashed += hash != Py_None;
+        Py_DECREF(hash);
+    }
+    Py_DECREF(block);
+    return PyLong_FromSsize_t(hashed);
+}
+
+
+static PyObject *new_blocks_after(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
                                   PyObject *kwnames)
 {
-    PyObject *a[CACHE_FULL_ARGS];
-    if (fast_args("cache_full_after", args, nargsf, kwnames, s_cache_full_args, CACHE_FULL_ARGS,
-                  a, 1) < 0)
+    PyObject *a[4];
+    if (fast_args("new_blocks_after", args, nargsf, kwnames, s_after_args, 4, a, 1) < 0)
         return NULL;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 4; i++)
         if (a[i] == NULL)
-            return PyErr_Format(PyExc_TypeError, "cache_full_after: missing %U",
-                                s_cache_full_args[i]);
-    PyObject *inst = a[0], *before = a[1], *request = a[3], *blocks = a[4];
-    Py_ssize_t cached = PyLong_AsSsize_t(a[5]);
-    Py_ssize_t full = PyLong_AsSsize_t(a[6]);
-    Py_ssize_t block_size = a[7] ? PyLong_AsSsize_t(a[7]) : 0;
-    Py_ssize_t group = a[8] ? PyLong_AsSsize_t(a[8]) : 0;
-    if (PyErr_Occurred())
+            return PyErr_Format(PyExc_TypeError, "new_blocks_after: missing %U",
+                                s_after_args[i]);
+    PyObject *evicted = a[1], *num_blocks = a[3];
+    int any = PyObject_IsTrue(evicted);
+    if (any < 0)
         return NULL;
-    long long n = 0;
-    if (before != Py_None) {
-        n = -PyLong_AsLongLong(before);
-        if (PyErr_Occurred())
-            return NULL;
-    }
-    Py_ssize_t size = PySequence_Size(blocks);
-    if (size < 0)
+    PyObject *tier = PyObject_GetAttr(a[0], s_tier);
+    if (tier == NULL)
         return NULL;
-    Py_ssize_t end = full < size ? full : size;
-    for (Py_ssize_t i = cached; i < end; i++) {
-        PyObject *block = PyList_CheckExact(blocks) ? Py_NewRef(PyList_GET_ITEM(blocks, i))
-                                                    : PySequence_GetItem(blocks, i);
-        if (block == NULL)
-            return NULL;
-        PyObject *h = PyObject_GetAttr(block, s_block_hash);
-        Py_DECREF(block);
-        if (h == NULL)
-            return NULL;
-        n += h != Py_None;
-        Py_DECREF(h);
-    }
-    PyObject *gained = PyObject_GetAttr(inst, s_hashes_gained);
-    if (gained == NULL)
-        return NULL;
-    PyObject *delta = PyLong_FromLongLong(n);
-    PyObject *sum = delta ? PyNumber_Add(gained, delta) : NULL;
-    Py_DECREF(gained);
-    Py_XDECREF(delta);
-    if (sum == NULL || PyObject_SetAttr(inst, s_hashes_gained, sum) < 0) {
-        Py_XDECREF(sum);
-        return NULL;
-    }
-    Py_DECREF(sum);
-    if (group != 0)
-        Py_RETURN_NONE;
-    PyObject *pending = PyObject_GetAttr(inst, s_written_to);
-    if (pending == NULL)
-        return NULL;
-    if (pending == Py_None) {
-        Py_DECREF(pending);
-        Py_RETURN_NONE;
-    }
-    PyObject *keys = cache_full_written(inst, request, cached, full, block_size);
-    if (keys == NULL || keys == Py_None) {
-        Py_DECREF(pending);
-        return keys;
-    }
-    /* Into the recorder's list in place while it stays under WRITTEN_MAX; else through
-     * rec.written(), which flushes (kvobs.recorder.Recorder.written). */
-    int rc;
-    Py_ssize_t held = PyList_CheckExact(pending) ? PyList_GET_SIZE(pending) : -1;
-    if (held >= 0 && held + PyList_GET_SIZE(keys) <= WRITTEN_MAX) {
-        rc = PyList_SetSlice(pending, held, held, keys);
+    int rc = 0;
+    if (PyObject_TypeCheck(tier, &TierCoreType)) {
+        TierCore *core = (TierCore *)tier;
+        rc = count_add(&core->allocations, num_blocks) < 0 ||
+             (any && count_add(&core->evictions_capacity, evicted) < 0) ? -1 : 0;
     } else {
-        PyObject *rec = PyObject_GetAttr(inst, s_rec);
-        PyObject *out = rec ? PyObject_CallMethodOneArg(rec, s_written, keys) : NULL;
-        Py_XDECREF(rec);
-        rc = out == NULL ? -1 : 0;
-        Py_XDECREF(out);
+        PyObject *r = PyObject_CallMethodOneArg(tier, s_allocate, num_blocks);
+        if (r != NULL && any) {
+            Py_DECREF(r);
+            PyObject *call[3] = {tier, evicted, s_capacity};
+            r = PyObject_VectorcallMethod(s_evict, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          NULL);
+        }
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
     }
-    Py_DECREF(pending);
-    Py_DECREF(keys);
+    Py_DECREF(tier);
     if (rc < 0)
         return NULL;
     Py_RETURN_NONE;
-}
-
-/* The decode-written block hashes a cache_full_blocks window reports, as a list (None:
- * none; NULL: an error set). */
-static PyObject *cache_full_written(PyObject *inst, PyObject *request, Py_ssize_t cached,
-                                    Py_ssize_t full, Py_ssize_t block_size)
-{
-    Py_ssize_t hash_size, prompt;
-    if (attr_ssize(inst, s_hash_size, &hash_size) < 0 ||
-        attr_ssize(request, s_num_prompt_tokens, &prompt) < 0)
-        return NULL;
-    if (hash_size <= 0)
-        return PyErr_Format(PyExc_ValueError, "cache_full_after: hash_size %zd", hash_size);
-    Py_ssize_t per = block_size ? block_size / hash_size : 1;
-    Py_ssize_t stop = full * per, first = prompt / hash_size;
-    if (first >= stop)
-        Py_RETURN_NONE;
-    Py_ssize_t lo = cached * per > first ? cached * per : first;
-    PyObject *hashes = PyObject_GetAttr(request, s_block_hashes);
-    if (hashes == NULL)
-        return NULL;
-    PyObject *keys = PySequence_GetSlice(hashes, lo, stop);
-    Py_DECREF(hashes);
-    if (keys == NULL || PyList_CheckExact(keys))
-        return keys;
-    PyObject *list = PySequence_List(keys); /* a tuple or another sequence's slice */
-    Py_DECREF(keys);
-    return list;
 }
 
 static PyMethodDef methods[] = {
@@ -2735,9 +2709,14 @@ static PyMethodDef methods[] = {
      "walk_slots(blocks, hash_member, count_member): (hashed, in_use, cached) of a pool."},
     {"sample_bits", sample_bits, METH_VARARGS,
      "sample_bits(threshold, mask, keys): hash((key,)) of the keys whose low bits sample."},
-    {"cache_full_after", (PyCFunction)(void (*)(void))cache_full_after,
+    {"new_blocks_before", (PyCFunction)(void (*)(void))new_blocks_before,
      METH_FASTCALL | METH_KEYWORDS,
-     "The vLLM cache_full_blocks reader (kvobs.adapters.vllm.block_pool), in C."},
+     "new_blocks_before(inst, num_blocks): the hashed blocks get_new_blocks will evict "
+     "(kvobs.adapters.vllm.block_pool)."},
+    {"new_blocks_after", (PyCFunction)(void (*)(void))new_blocks_after,
+     METH_FASTCALL | METH_KEYWORDS,
+     "new_blocks_after(inst, evicted, result, num_blocks): count get_new_blocks's "
+     "allocations and capacity evictions (kvobs.adapters.vllm.block_pool)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2752,13 +2731,11 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     if (!(s_block_hash = PyUnicode_InternFromString("_block_hash")) ||
-        !(s_hashes_gained = PyUnicode_InternFromString("hashes_gained")) ||
-        !(s_written = PyUnicode_InternFromString("written")) ||
-        !(s_written_to = PyUnicode_InternFromString("written_to")) ||
-        !(s_hash_size = PyUnicode_InternFromString("hash_size")) ||
-        !(s_rec = PyUnicode_InternFromString("rec")) ||
-        !(s_num_prompt_tokens = PyUnicode_InternFromString("num_prompt_tokens")) ||
-        !(s_block_hashes = PyUnicode_InternFromString("block_hashes")) ||
+        !(s_free_walk = PyUnicode_InternFromString("free_walk")) ||
+        !(s_next_free_block = PyUnicode_InternFromString("next_free_block")) ||
+        !(s_tier = PyUnicode_InternFromString("tier")) ||
+        !(s_allocate = PyUnicode_InternFromString("allocate")) ||
+        !(s_evict = PyUnicode_InternFromString("evict")) ||
         !(s_n = PyUnicode_InternFromString("n")) ||
         !(s_keys = PyUnicode_InternFromString("keys")) ||
         !(s_cached = PyUnicode_InternFromString("cached")) ||
@@ -2776,8 +2753,13 @@ PyMODINIT_FUNC PyInit__native(void)
         !(s_seconds = PyUnicode_InternFromString("seconds")) ||
         !(s_append = PyUnicode_InternFromString("append")))
         return NULL;
-    for (int i = 0; i < CACHE_FULL_ARGS; i++)
-        if (!(s_cache_full_args[i] = PyUnicode_InternFromString(cache_full_arg_names[i])))
+    static const char *const before_names[] = {"inst", "num_blocks"};
+    static const char *const after_names[] = {"inst", "evicted", "result", "num_blocks"};
+    for (int i = 0; i < 2; i++)
+        if (!(s_before_args[i] = PyUnicode_InternFromString(before_names[i])))
+            return NULL;
+    for (int i = 0; i < 4; i++)
+        if (!(s_after_args[i] = PyUnicode_InternFromString(after_names[i])))
             return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

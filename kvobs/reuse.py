@@ -13,8 +13,8 @@ blocks. Two kinds of events move a block to the top of that stack:
   admission. These are what the hit ratio is about: each one is counted, hit if its
   distance is ``<= C``;
 * a *write* (:meth:`ReuseProfile.write`): a block the cache gains that no lookup
-  referenced: blocks written during decode once they are full (vLLM's
-  ``cache_full_blocks``; the reference pool at release). They are not counted (nobody
+  referenced: blocks written during decode (vLLM's, reported when the request
+  releases its blocks; the reference pool's at release). They are not counted (nobody
   looked them up), but they occupy the cache and the next turn's prompt hits them, so
   without them a returning conversation's last answer would look cold.
 

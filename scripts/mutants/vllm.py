@@ -29,11 +29,17 @@ def mutants() -> list[m.Mutant]:
     relookup = "rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit="
     generated = '            f"tier.{field} += {hook.count}"'  # the Python tier's add
     return [
-        # the GPU tier (BlockPool): allocate through the generated counting wrapper
-        m.Mutant("gpu.allocate(get_new_blocks):doubled", "kvobs/adapters/_hooks.py", generated,
-                 generated.replace("+= {hook.count}", "+= 2 * {hook.count}")),
-        m.Mutant("gpu.allocate(get_new_blocks):dropped", "kvobs/adapters/_hooks.py", generated,
-                 generated.replace("+= {hook.count}", "+= 0 * {hook.count}")),
+        # the GPU tier (BlockPool): get_new_blocks's allocations and the capacity evictions
+        # it makes (the hashed blocks at the free queue's head it pops)
+        *m.recorder_call("gpu.allocate(get_new_blocks)", pool, "tier.allocate(num_blocks)",
+                         "num_blocks"),
+        *m.recorder_call("gpu.evict(capacity)", pool, 'tier.evict(evicted, "capacity")',
+                         "evicted"),
+        # a pool without prefix caching: allocate through the generated counting wrapper
+        m.Mutant("gpu.allocate(get_new_blocks, no caching):doubled", "kvobs/adapters/_hooks.py",
+                 generated, generated.replace("+= {hook.count}", "+= 2 * {hook.count}")),
+        m.Mutant("gpu.allocate(get_new_blocks, no caching):dropped", "kvobs/adapters/_hooks.py",
+                 generated, generated.replace("+= {hook.count}", "+= 0 * {hook.count}")),
         *m.recorder_call("gpu.allocate(touch)", pool, "inst.tier.allocate(idle - hits)",
                          "idle - hits"),
         *m.recorder_call("gpu.reuse", pool, "inst.tier.reuse(hits)", "hits"),
@@ -43,13 +49,6 @@ def mutants() -> list[m.Mutant]:
         *m.recorder_call("gpu.free(emptied)", pool,
                          "tier.free(to_free - tier.frees_to_free, cached=False)",
                          "to_free - tier.frees_to_free"),
-        *m.recorder_call("gpu.evict(capacity)", pool,
-                         'tier.evict(capacity - tier.evictions_capacity, "capacity")',
-                         "capacity - tier.evictions_capacity"),
-        *m.counter_add("gpu.hash_gained", pool, "    inst.hashes_gained += n\n", "n"),
-        # a partial block promoted to full was hashed already: not a second gained hash
-        m.Mutant("gpu.hash_gained(promotion):doubled", pool,
-                 "    n = -before if before else 0\n", "    n = 0\n"),
         *m.recorder_call("gpu.evict(explicit)", pool, 'inst.tier.evict(freed, "explicit")',
                          "freed"),
         *m.recorder_call("gpu.evict(reset)", pool, 'inst.tier.evict(cached, "reset")',
@@ -117,6 +116,8 @@ def mutants() -> list[m.Mutant]:
         *m.keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
         *m.lookup_count(lookups, lookup),
         *m.keyword("lookup.disk_hit", lookups, lookup, "disk_hit", "min(disk, left - host)"),
+        # an answer's blocks written into the reuse profile when its request releases them
+        *m.recorder_call("reuse.written(release)", lookups, "inst.rec.written(keys)", "keys"),
         # offloading tiering: the disk tier and host <-> disk transfers, as vLLM's tiering
         # manager counts them (tests/engines/vllm033/test_vllm_tiering.py)
         *m.transfer("tiering.cascade", tiering,

@@ -1,29 +1,36 @@
 """vLLM 0.33 ``BlockPool`` -> the GPU tier.
 
-The hot path carries one counting wrapper: ``get_new_blocks`` adds ``num_blocks`` to the
-allocations (``count=`` fast path; in C where the extension is built, no Python at all).
-``free_blocks`` is not wrapped at all. Everything
-else is derived at collection time from the pool's own state plus a few tallies kept on
-warm paths (``touch`` per prefix hit, ``cache_*`` per scheduled step, explicit evictions
-and resets), using two identities that hold for every sequence of pool calls:
+The hot path carries one wrapper: ``get_new_blocks`` adds ``num_blocks`` to the
+allocations and counts the capacity evictions it makes (below; both readers in C where
+the extension is built). ``free_blocks`` is not wrapped at all, nor are the calls that
+hash blocks (``cache_full_blocks``, ``cache_partial_block``, ``move_block_hashes``).
+Everything else is derived at collection time from the pool's own state plus a few
+tallies kept on warm paths (``touch`` per prefix hit, explicit evictions and resets):
 
 * occupancy, from one walk over ``blocks`` (~10 ns per block in C, see :func:`walk`): in
   use = blocks with a reference, cached = unreferenced blocks that still hold a prefix
   hash. Each block is read once, so a scrape landing inside ``free_blocks`` (reference
   counts dropped before the free queue is updated) still reads
   ``in_use + cached <= capacity``;
-* blocks cached beyond a request's prompt (its answer, written during decode) go to the
-  recorder's reuse profile as ``written`` (they occupy the cache; the next turn hits them);
-* a block gains a hash only in ``cache_full_blocks`` / ``cache_partial_block`` /
-  ``move_block_hashes`` and loses it only by eviction, so capacity evictions (cached
-  blocks repurposed by ``get_new_blocks``) = hashes gained - hashed now - hashes dropped
-  by ``evict_blocks`` / ``reset_prefix_cache``; frees = allocations + reuses - in use, and
-  frees that kept their data = cached now + every way a cached block left the cache.
+* capacity evictions are counted where vLLM makes them: ``get_new_blocks(n)`` pops the
+  first ``n`` blocks of ``free_block_queue`` and drops the prefix hash of each that holds
+  one (``_maybe_evict_cached_block``). Its ``before`` reader walks the queue's first ``n``
+  blocks and counts those holding a hash; the count is added once the call returned
+  (it raises ``ValueError`` before popping anything when too few blocks are free). A
+  pool without prefix caching evicts nothing: there the wrapper only counts;
+* frees = allocations + reuses - in use, and frees that kept their data = cached now +
+  every way a cached block left the cache (prefix reuses, capacity, explicit and reset
+  evictions).
 
-Derived counters never go backwards: the walk is repeated while the engine moves under
-it (up to three times), every tally is updated after the engine call it follows (a
-reading taken in between is low, never high), and :meth:`BlockPoolInstrumentation.settle`
-only ever adds the difference between the highest reading and what it already counted,
+Blocks an answer wrote during decode go to the reuse profile when their request's blocks
+are freed (:mod:`kvobs.adapters.vllm.lookups`), not here.
+
+Derived counters never go backwards: every tally is updated after the engine call it
+follows, and the collection reads the tallies *before* its walk over the blocks (the walk
+is repeated while the engine moves under it, up to three times): a tally older than the
+walk reads low, never high (an eviction counted only after its block left the cache, an
+allocation only after its block is in use). :meth:`BlockPoolInstrumentation.settle` only
+ever adds the difference between the highest reading and what it already counted,
 through the ordinary :class:`~kvobs.events.TierEvents` calls.
 
 Example (needs vLLM)::
@@ -53,26 +60,22 @@ COMPONENT = "vllm.block_pool"
 class BlockPoolInstrumentation(Instrumentation):
     """Wrappers on one ``BlockPool`` plus the tallies the collection-time walk settles.
 
-    ``hashes_gained`` / ``hashes_dropped`` count blocks that got / lost a prefix hash in
-    the wrapped calls; ``reset_pending`` holds the hashes a reset in progress is about to
-    drop (so a scrape inside it reads low, never high).
+    ``free_walk`` is what the ``get_new_blocks`` reader walks: the free queue's fake head
+    (a block that never leaves the queue; vLLM links the free blocks after it) and the
+    block class's ``__slots__`` descriptors of ``next_free_block`` and ``_block_hash``
+    (None where they are no plain slots: the reader then reads attributes).
     """
 
     def __init__(self, pool: Any, rec: Recorder, tier: TierRecorder, active: bool) -> None:
         super().__init__(pool, COMPONENT, active, rec, tier)
-        self.hashes_gained = 0
-        self.hashes_dropped = 0
-        self.reset_pending = 0
-        #: a partial block was hashed (``cache_full_blocks`` may then promote hashed blocks)
-        self.partial_seen = False
-        #: where blocks cached during decode wait for the reuse profile (``rec.written``),
-        #: or None: not reported
-        self.written_to = rec.written_pending if rec.profile_reuse else None
-        self.hash_size = int(getattr(pool, "hash_block_size", 1) or 1)
+        queue = getattr(pool, "free_block_queue", None)
+        head = getattr(queue, "fake_free_list_head", None)
+        members = _queue_members(type(head)) if head is not None else None
+        self.free_walk: tuple[Any, Any, Any] = (head, *(members or (None, None)))
         self._settle_lock = threading.Lock()
 
     def settle(self) -> tuple[int, int]:
-        """Derive frees and evictions from the pool's state; return ``(in_use, cached)``.
+        """Derive frees from the pool's state; return ``(in_use, cached)``.
 
         Called by the tier's snapshot (the resident source), from any thread.
         """
@@ -80,33 +83,29 @@ class BlockPoolInstrumentation(Instrumentation):
             return self._settle()
 
     def _tallies(self) -> tuple[int, ...]:
-        """The engine-side tallies the derivation uses, read together. ``reset_pending``
-        is read before ``hashes_dropped`` (a reset adds to the second, then clears the
-        first), so a reading inside a reset is low, never high."""
+        """The engine-side tallies the derivation uses, read together (each is updated
+        after the engine call it follows)."""
         tier = self.tier
         evictions = tier.evictions
-        pending = self.reset_pending
-        return (tier.allocations, tier.reuses, self.hashes_gained, pending,
-                self.hashes_dropped, evictions["explicit"], evictions["reset"],
+        return (tier.allocations, tier.reuses, tier.evictions_capacity,
+                evictions["explicit"], evictions["reset"],
                 self.target.free_block_queue.num_free_blocks)
 
     def _settle(self) -> tuple[int, int]:
         pool, tier = self.target, self.tier
         for _ in range(3):
             tallies = self._tallies()
-            hashed, in_use, cached = walk(pool.blocks)
+            _hashed, in_use, cached = walk(pool.blocks)
             if tallies == self._tallies():
                 break
-        # Everything below uses the tallies read with the walk, never a fresh read: the
+        # Everything below uses the tallies read before the walk, never a fresh read: the
         # engine may move between the walk and here, and a newer tally against the older
-        # walk would read high (an allocation counted, its block not yet in use).
-        allocations, reuses, gained, pending, dropped, explicit, reset, _free = tallies
+        # walk would read high (an allocation counted, its block not yet in use; an
+        # eviction counted, its block still cached in the walk).
+        allocations, reuses, capacity, explicit, reset, _free = tallies
         if pool.null_block.ref_cnt:  # vLLM does not maintain it; never count it in use
             in_use -= 1
-        capacity = gained - hashed - dropped - pending
-        if capacity > tier.evictions_capacity:
-            tier.evict(capacity - tier.evictions_capacity, "capacity")
-        to_cache = cached + reuses + tier.evictions_capacity + explicit + reset
+        to_cache = cached + reuses + capacity + explicit + reset
         if to_cache > tier.frees_to_cache:
             tier.free(to_cache - tier.frees_to_cache, cached=True)
         to_free = allocations + reuses - in_use - tier.frees_to_cache
@@ -168,16 +167,49 @@ def _slot_members(cls: type) -> tuple[Any, Any] | None:
     return _members[cls]
 
 
-def _hashed(blocks: Iterable[Any]) -> int:
-    """Blocks holding a prefix hash (a plain loop: windows are a block or two)."""
+def _queue_members(cls: type) -> tuple[Any, Any] | None:
+    """``cls``'s slot descriptors of ``next_free_block`` and ``_block_hash``, or None where
+    either is not a plain slot (the ``get_new_blocks`` reader then reads attributes)."""
+    found = [next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+             for name in ("next_free_block", "_block_hash")]
+    if all(isinstance(member, MemberDescriptorType) for member in found):
+        return found[0], found[1]
+    return None
+
+
+# -- readers (see kvobs.adapters._hooks: before(inst, *args), after(inst, state, result, *args))
+
+def python_new_blocks_before(inst: BlockPoolInstrumentation, num_blocks: int,
+                             *args: Any, **kwargs: Any) -> int:
+    """Blocks ``get_new_blocks(num_blocks)`` is about to evict: of the first
+    ``num_blocks`` blocks of the free queue (those it pops), the ones holding a prefix
+    hash. The Python twin of ``native.new_blocks_before`` (the fallback, and its
+    reference): it runs on every allocation."""
+    block = inst.free_walk[0]
     n = 0
-    for block in blocks:
+    for _ in range(num_blocks):
+        block = block.next_free_block
+        if block is None:
+            break
         if block._block_hash is not None:
             n += 1
     return n
 
 
-# -- readers (see kvobs.adapters._hooks: before(inst, *args), after(inst, state, result, *args))
+def python_new_blocks_after(inst: BlockPoolInstrumentation, evicted: int, result: Any,
+                            num_blocks: int, *args: Any, **kwargs: Any) -> None:
+    """``get_new_blocks`` returned: ``num_blocks`` allocations, of which ``evicted``
+    repurposed a cached block (capacity evictions). The Python twin of
+    ``native.new_blocks_after``."""
+    tier = inst.tier
+    tier.allocate(num_blocks)
+    if evicted:
+        tier.evict(evicted, "capacity")
+
+
+_new_blocks_before: Any = getattr(native, "new_blocks_before", None) or python_new_blocks_before
+_new_blocks_after: Any = getattr(native, "new_blocks_after", None) or python_new_blocks_after
+
 
 def _touched(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> None:
     """The blocks this touch takes out of the free queue, counted before the call (one
@@ -194,78 +226,14 @@ def _touched(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> None:
     inst.tier.allocate(idle - hits)  # a free block without data: a plain allocation
 
 
-def _cache_full_before(inst: BlockPoolInstrumentation, request: Any, blocks: Sequence[Any],
-                       num_cached_blocks: int, num_full_blocks: int,
-                       *args: Any, **kwargs: Any) -> int:
-    """Blocks of the window this call may hash that hold a hash already (indexed in
-    place: no slice, no tuple per call). vLLM hashes only blocks without one, except a
-    partial block promoted to full: this read is installed once a ``cache_partial_block``
-    was seen (:data:`CACHE_FULL_PROMOTING`); until then the wrapper has no before."""
-    n = 0
-    for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
-        if blocks[i]._block_hash is not None:
-            n += 1
-    return n
-
-
-def python_cache_full_after(inst: BlockPoolInstrumentation, before: int | None, result: Any,
-                            request: Any, blocks: Sequence[Any], num_cached_blocks: int,
-                            num_full_blocks: int, block_size: int = 0,
-                            kv_cache_group_id: int = 0, *args: Any, **kwargs: Any) -> None:
-    """The ``cache_full_blocks`` reader in Python (the fallback, and the C one's
-    reference: ``native.cache_full_after`` runs for every block a request fills)."""
-    n = -before if before else 0
-    for i in range(num_cached_blocks, min(num_full_blocks, len(blocks))):
-        if blocks[i]._block_hash is not None:
-            n += 1
-    inst.hashes_gained += n
-    if inst.written_to is not None and not kv_cache_group_id:
-        # Blocks cached beyond the prompt: an answer written during decode, reported to
-        # the reuse profile as the request's own block hashes (the lookup's keys).
-        hash_size = inst.hash_size
-        per = block_size // hash_size if block_size else 1
-        end = num_full_blocks * per
-        start = request.num_prompt_tokens // hash_size
-        if start < end:
-            inst.rec.written(request.block_hashes[max(num_cached_blocks * per, start):end])
-
-
-_cache_full_after: Any = getattr(native, "cache_full_after", None) or python_cache_full_after
-
-
-def _partial_before(inst: BlockPoolInstrumentation, request: Any, block: Any,
-                    *args: Any, **kwargs: Any) -> bool:
-    if not inst.partial_seen:  # from now on cache_full_blocks may promote hashed blocks
-        inst.partial_seen = True
-        inst.rewrap(CACHE_FULL_PROMOTING)
-    return block._block_hash is not None
-
-
-def _partial_after(inst: BlockPoolInstrumentation, had: bool, result: Any, request: Any,
-                   block: Any, *args: Any, **kwargs: Any) -> None:
-    inst.hashes_gained += (block._block_hash is not None) - had
-
-
-def _move_before(inst: BlockPoolInstrumentation, src_block: Any, dst_block: Any) -> int:
-    return _hashed((src_block, dst_block))
-
-
-def _move_after(inst: BlockPoolInstrumentation, before: int, result: Any, src_block: Any,
-                dst_block: Any) -> None:
-    inst.hashes_gained += _hashed((src_block, dst_block)) - before
-
-
 def _evict_before(inst: BlockPoolInstrumentation, block_ids: Iterable[int]) -> list[Any]:
     blocks = inst.target.blocks
-    hashed = [blocks[i] for i in set(block_ids)
-              if 0 <= i < len(blocks) and blocks[i]._block_hash is not None]
-    inst.hashes_dropped += len(hashed)  # before the drop: readings stay low
-    return hashed
+    return [blocks[i] for i in set(block_ids)
+            if 0 <= i < len(blocks) and blocks[i]._block_hash is not None]
 
 
 def _evict_after(inst: BlockPoolInstrumentation, hashed: list[Any], result: Any,
                  block_ids: Iterable[int]) -> None:
-    inst.hashes_dropped -= sum(1 for b in hashed if b._block_hash is not None)  # kept theirs
     freed = sum(1 for b in hashed if b._block_hash is None and not b.ref_cnt)
     inst.tier.evict(freed, "explicit")  # cached -> free; in-use blocks only lose the hash
 
@@ -274,41 +242,33 @@ def _reset_before(inst: BlockPoolInstrumentation) -> int:
     pool = inst.target
     if pool.num_gpu_blocks - pool.get_num_free_blocks() != 1:
         return 0  # vLLM refuses to reset while blocks are in use: nothing to read
-    hashed, _, cached = walk(pool.blocks)
-    inst.reset_pending = hashed  # a scrape during the reset reads low, never high
-    return cached
+    return walk(pool.blocks)[2]
 
 
 def _reset_after(inst: BlockPoolInstrumentation, cached: int, done: bool) -> None:
     if done:  # counted only once vLLM said it reset: no counter is ever taken back
-        inst.hashes_dropped += inst.reset_pending
         inst.tier.evict(cached, "reset")
-    inst.reset_pending = 0
 
 
 SPEC = AdapterSpec(COMPONENT, ("BlockPool",), (
-    Hook("get_new_blocks", ("num_blocks",), "allocate", count="num_blocks"),
+    Hook("get_new_blocks", ("num_blocks",), "allocate, evict", before=_new_blocks_before,
+         after=_new_blocks_after),
     Hook("touch", ("blocks",), "reuse, allocate", before=_touched, reiterable=("blocks",)),
-    Hook("cache_full_blocks", ("request", "blocks", "num_cached_blocks", "num_full_blocks"),
-         "track", after=_cache_full_after),
-    Hook("cache_partial_block", ("request", "block"), "track", before=_partial_before,
-         after=_partial_after),
-    Hook("move_block_hashes", ("src_block", "dst_block"), "track", before=_move_before,
-         after=_move_after),
     Hook("evict_blocks", ("block_ids",), "evict", before=_evict_before, after=_evict_after,
          reiterable=("block_ids",)),
     Hook("reset_prefix_cache", (), "evict", before=_reset_before, after=_reset_after),
-), state=("num_gpu_blocks", "hash_block_size", "blocks", "free_block_queue.num_free_blocks",
+), state=("num_gpu_blocks", "hash_block_size", "enable_caching", "blocks",
+          "free_block_queue.num_free_blocks",
+          "free_block_queue.fake_free_list_head.next_free_block",
           "null_block._block_hash", "null_block.ref_cnt", "null_block.is_null",
           "free_blocks", "get_num_free_blocks"))
 """The pool's hooks. ``free_blocks`` is checked (in ``state``), never wrapped: frees are
 derived at collection (see the module docstring)."""
 
-#: ``cache_full_blocks`` once a partial block was hashed: a window may then hold a block
-#: promoted from partial to full, whose hash is not new (read before the call).
-CACHE_FULL_PROMOTING = Hook(
-    "cache_full_blocks", ("request", "blocks", "num_cached_blocks", "num_full_blocks"),
-    "track", before=_cache_full_before, after=_cache_full_after)
+#: ``get_new_blocks`` of a pool without prefix caching: no block ever holds a hash there
+#: and vLLM evicts nothing, so the allocations are all there is to count (``count=``:
+#: no reader at all).
+COUNT_ONLY = Hook("get_new_blocks", ("num_blocks",), "allocate", count="num_blocks")
 
 
 def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
@@ -346,6 +306,8 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
 
     inst = instrument(pool, SPEC, make)
     if inst.active:
+        if not pool.enable_caching:
+            inst.rewrap(COUNT_ONLY)
         gpu = inst.tier
         gpu.set_resident_source(inst.settle)
         inst.on_unwrap(lambda: gpu.set_resident_source(None))

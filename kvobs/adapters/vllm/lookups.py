@@ -22,6 +22,21 @@ adapter saw come from disk.
 Each lookup carries the request's block hashes (one per full GPU block) as keys: the
 reuse-distance profile (:mod:`kvobs.reuse`) and the ``KVOBS_TRACE_OUT`` trace.
 
+The blocks a request cached beyond its prompt (its answer, written during decode) go to
+the profile as ``written`` (:meth:`~kvobs.recorder.Recorder.written`) when the request's
+blocks are released: ``free(request)`` (a request finished, aborted or preempted) or
+``pop_blocks_for_free(request)`` (the same, its blocks returned to the pool a step later).
+vLLM's own count of the request's cached blocks (the KV cache group 0 manager's
+``num_cached_block``, popped by that call) says how far: the request's block hashes from
+its prompt's end to there. Once per request, not once per filled block, and at the
+moment that sets vLLM's eviction order: a block in use cannot be evicted, and the pool
+appends a request's blocks to its free queue (the LRU order its evictions follow) when
+they are released, so a written answer enters the profile's LRU stack where it enters
+vLLM's. A preempted request releases its blocks once per preemption and once at the end;
+each release writes the answer's cached blocks again, as each moves them to the tail of
+vLLM's queue (a write moves a block to the top of the stack and counts nothing, so
+writing one twice counts nothing twice). A request that never got blocks has none.
+
 Example:
     >>> hits = HostHits(tokens_per_chunk=64)
     >>> hits.add("req-1", chunks=2); hits.take("req-1"), hits.take("req-1")
@@ -35,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument, warn_once
 from kvobs.recorder import Recorder
 
 COMPONENT = "vllm.kv_cache_manager"
@@ -162,6 +177,13 @@ class LookupInstrumentation(Instrumentation):
     external: ExternalHits | None = None
     deferred: Any = None  # Scheduler.deferred_loads
     keyed: bool = True  # pass the request's block hashes (reuse profile, trace)
+    #: whether the blocks a request wrote during decode are reported at its release (the
+    #: release wrappers' gate: False, no reader runs)
+    writes: bool = False
+    #: vLLM's cached blocks per request id (KV cache group 0), and its hashes per block
+    cached_blocks: dict[str, int] | None = None
+    hashes_per_block: int = 1
+    hash_size: int = 1
 
 
 def _recorded(inst: LookupInstrumentation, state: None, result: None, request: Any,
@@ -201,9 +223,32 @@ def relookup(rec: Recorder, tokens: int, gpu_hit: int, host: int, disk: int) -> 
     rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=min(disk, left - host))
 
 
+def _releasing(inst: LookupInstrumentation, request: Any) -> Any:
+    """Before ``free`` / ``pop_blocks_for_free``: the block hashes of what ``request``
+    cached beyond its prompt (vLLM's count, which the call pops), or None."""
+    cached = inst.cached_blocks
+    if cached is None:
+        return None
+    end = cached.get(request.request_id, 0) * inst.hashes_per_block
+    start = request.num_prompt_tokens // inst.hash_size
+    return request.block_hashes[start:end] if start < end else None
+
+
+def _released(inst: LookupInstrumentation, keys: Any, result: Any, request: Any) -> None:
+    """The call returned: the blocks are released, written into the profile's stack."""
+    if keys:
+        inst.rec.written(keys)
+
+
 SPEC = AdapterSpec(COMPONENT, ("KVCacheManager",), (
     Hook("record_prefix_cache_stats", ("request", "num_hits"), "lookup", after=_recorded),
+    Hook("free", ("request",), "track", before=_releasing, after=_released,
+         when="inst.writes"),
+    Hook("pop_blocks_for_free", ("request",), "track", before=_releasing, after=_released,
+         when="inst.writes", optional=True),
 ), state=("block_pool", "prefix_cache_lookup_enabled"))
+"""The lookup, and the releases that write a request's answer into the reuse profile
+(gated: no reader runs while nothing is reported)."""
 
 
 def instrument_lookups(manager: Any, rec: Recorder, host_hits: HostHits | None = None, *,
@@ -245,6 +290,33 @@ def instrument_lookups(manager: Any, rec: Recorder, host_hits: HostHits | None =
         inst.keyed = keyed
         if active:
             rec.track_relookups()
+            _find_cached_blocks(inst, manager, rec)
         return inst
 
     return instrument(manager, SPEC, make)
+
+
+def _find_cached_blocks(inst: LookupInstrumentation, manager: Any, rec: Recorder) -> None:
+    """Where vLLM counts a request's cached blocks (its KV cache group 0 manager), read
+    once: with a reuse profile, the releases then report written blocks. A manager laid
+    out otherwise reports none, with one warning."""
+    if not rec.profile_reuse:
+        return
+    try:
+        group = manager.coordinator.single_type_managers[0]
+        cached, block_size = group.num_cached_block, int(group.block_size)
+        hash_size = int(manager.block_pool.hash_block_size)
+    except (AttributeError, IndexError, TypeError, ValueError) as exc:
+        warn_once(f"{COMPONENT}:num_cached_block", "kvobs_instrument_partial",
+                  component=COMPONENT, missing=str(exc),
+                  effect="the reuse profile gets no decode-written blocks")
+        return
+    if not isinstance(cached, dict) or hash_size <= 0 or block_size % hash_size:
+        warn_once(f"{COMPONENT}:num_cached_block", "kvobs_instrument_partial",
+                  component=COMPONENT, missing="num_cached_block / block sizes",
+                  effect="the reuse profile gets no decode-written blocks")
+        return
+    inst.cached_blocks = cached
+    inst.hashes_per_block = block_size // hash_size
+    inst.hash_size = hash_size
+    inst.writes = True

@@ -1,8 +1,8 @@
 """The reuse profile inside a real vLLM 0.33 scheduler loop, against vLLM's own hit rate.
 
 Multi-turn chats whose every turn returns with its whole history, the previous answers
-included (the answers are what vLLM wrote during decode and cached with
-``cache_full_blocks``), run through a real ``Scheduler`` with the real
+included (the answers are what vLLM wrote during decode and cached; kvobs reports them
+when the request releases its blocks), run through a real ``Scheduler`` with the real
 ``OffloadingConnector`` (a GPU pool and a host tier that keeps copies of GPU blocks:
 mostly inclusive). The engine's own cache size is the distinct blocks it holds, GPU and
 host together, as its KV cache events say (``BlockStored`` / ``BlockRemoved`` per
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kvobs.adapters.vllm import instrument_scheduler
-from kvobs.adapters.vllm.block_pool import BlockPoolInstrumentation
+from kvobs.adapters.vllm.lookups import LookupInstrumentation
 from kvobs.recorder import Recorder
 from tests.engines.held_blocks import Media
 from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
@@ -75,16 +75,16 @@ def chat(driver: EngineDriver, held: Held, *, chats: int, requests: int, seed: i
 
 def run(tmp_path: Path, rec: Recorder, written: bool = True) -> tuple[float, float, float]:
     """``(vLLM's measured hit ratio, predicted hit ratio in tokens, effective size)``;
-    ``written=False`` is the mutant whose pool reports no decode-written blocks."""
+    ``written=False`` is the mutant whose releases report no decode-written blocks."""
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=GPU_BLOCKS,
                                           cpu_bytes=HOST_CHUNKS * CHUNK_BYTES),
                           transfer_delay=1)
     inst = instrument_scheduler(driver.scheduler, rec)
     assert inst.active
+    lookups = next(part for part in inst.parts if part.component == "vllm.kv_cache_manager")
+    assert isinstance(lookups, LookupInstrumentation) and lookups.writes
     if not written:
-        pool = next(part for part in inst.parts if part.component == "vllm.block_pool")
-        assert isinstance(pool, BlockPoolInstrumentation)
-        pool.written_to = None  # what the C and Python readers both read
+        lookups.writes = False  # the release wrappers' gate, in C and in Python
     held = Held(driver)
     chat(driver, held, chats=12, requests=REQUESTS, seed=1)
     # the profile's configured size: the blocks vLLM can hold, GPU (its null block left
