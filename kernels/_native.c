@@ -28,6 +28,8 @@
  *       __slots__ fields by their offsets.
  *   new_blocks_before / new_blocks_after: the readers of a vLLM BlockPool's
  *       get_new_blocks (allocations and the capacity evictions it makes).
+ *   release_before / release_after: the readers of a vLLM KVCacheManager's releases of a
+ *       request's blocks (its answer's blocks into the reuse profile).
  *   HookCall: an adapter's wrapper of one engine method (kernels/_hookcall.c).
  */
 #define PY_SSIZE_T_CLEAN
@@ -2699,6 +2701,128 @@ static PyObject *new_blocks_after(PyObject *unused, PyObject *const *args, Py_ss
     Py_RETURN_NONE;
 }
 
+/* ---- vLLM release readers (kvobs.adapters.vllm.lookups) --------------------------------
+ *
+ * release_before(inst, request) -> list or None
+ *     Before KVCacheManager.free / pop_blocks_for_free: the block hashes of the blocks
+ *     `request` cached beyond its prompt, request.block_hashes[start:end] with start =
+ *     request.num_prompt_tokens // inst.hash_size and end = inst.cached_blocks.get(
+ *     request.request_id, 0) * inst.hashes_per_block (vLLM's count, which the call pops);
+ *     None where start >= end. What lookups.python_release_before does.
+ * release_after(inst, keys, result, request) -> None
+ *     The call returned: keys (where not None or empty) are written into the reuse profile:
+ *     appended to inst.written_to (the recorder's written_pending list) while it stays
+ *     under WRITTEN_MAX (kvobs.recorder.WRITTEN_MAX), else handed to inst.rec.written(),
+ *     which flushes. What lookups.python_release_after does (through rec.written).
+ * Arguments may also come by keyword, and more may follow (ignored).
+ */
+
+#define WRITTEN_MAX 4096
+
+static PyObject *s_cached_blocks, *s_request_id, *s_hashes_per_block, *s_hash_size,
+    *s_num_prompt_tokens, *s_block_hashes, *s_written_to, *s_rec, *s_written;
+static PyObject *s_release_before_args[2], *s_release_after_args[4];
+
+static int attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static PyObject *release_before(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
+                                PyObject *kwnames)
+{
+    PyObject *a[2];
+    if (fast_args("release_before", args, nargsf, kwnames, s_release_before_args, 2, a, 1) < 0)
+        return NULL;
+    if (a[0] == NULL || a[1] == NULL)
+        return PyErr_Format(PyExc_TypeError, "release_before: missing %U",
+                            s_release_before_args[a[0] == NULL ? 0 : 1]);
+    PyObject *inst = a[0], *request = a[1];
+    PyObject *cached = PyObject_GetAttr(inst, s_cached_blocks);
+    if (cached == NULL)
+        return NULL;
+    if (!PyDict_Check(cached)) {
+        Py_DECREF(cached);
+        return PyErr_Format(PyExc_TypeError, "release_before: cached_blocks is not a dict");
+    }
+    PyObject *rid = PyObject_GetAttr(request, s_request_id);
+    if (rid == NULL) {
+        Py_DECREF(cached);
+        return NULL;
+    }
+    PyObject *count = PyDict_GetItemWithError(cached, rid); /* borrowed */
+    Py_XINCREF(count);
+    Py_DECREF(rid);
+    Py_DECREF(cached);
+    if (count == NULL && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t blocks = 0, per, hash_size, prompt;
+    if (count != NULL) {
+        blocks = PyLong_AsSsize_t(count);
+        Py_DECREF(count);
+        if (blocks == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (attr_ssize(inst, s_hashes_per_block, &per) < 0 ||
+        attr_ssize(inst, s_hash_size, &hash_size) < 0 ||
+        attr_ssize(request, s_num_prompt_tokens, &prompt) < 0)
+        return NULL;
+    if (hash_size <= 0)
+        return PyErr_Format(PyExc_ZeroDivisionError, "release_before: hash_size %zd",
+                            hash_size);
+    /* Python's floor division, for any sign */
+    Py_ssize_t start = prompt / hash_size - ((prompt % hash_size) < 0);
+    Py_ssize_t end = blocks * per;
+    if (start >= end)
+        Py_RETURN_NONE;
+    PyObject *hashes = PyObject_GetAttr(request, s_block_hashes);
+    if (hashes == NULL)
+        return NULL;
+    PyObject *keys = PySequence_GetSlice(hashes, start, end);
+    Py_DECREF(hashes);
+    return keys;
+}
+
+static PyObject *release_after(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
+                               PyObject *kwnames)
+{
+    PyObject *a[4];
+    if (fast_args("release_after", args, nargsf, kwnames, s_release_after_args, 4, a, 1) < 0)
+        return NULL;
+    for (int i = 0; i < 4; i++)
+        if (a[i] == NULL)
+            return PyErr_Format(PyExc_TypeError, "release_after: missing %U",
+                                s_release_after_args[i]);
+    PyObject *inst = a[0], *keys = a[1];
+    int any = PyObject_IsTrue(keys);
+    if (any <= 0)
+        return any < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *pending = PyObject_GetAttr(inst, s_written_to);
+    if (pending == NULL)
+        return NULL;
+    Py_ssize_t held = PyList_CheckExact(pending) ? PyList_GET_SIZE(pending) : -1;
+    Py_ssize_t n = PyList_CheckExact(keys) ? PyList_GET_SIZE(keys) : -1;
+    int rc;
+    if (held >= 0 && n >= 0 && held + n <= WRITTEN_MAX) {
+        rc = PyList_SetSlice(pending, held, held, keys);
+    } else {
+        PyObject *rec = PyObject_GetAttr(inst, s_rec);
+        PyObject *out = rec ? PyObject_CallMethodOneArg(rec, s_written, keys) : NULL;
+        Py_XDECREF(rec);
+        rc = out == NULL ? -1 : 0;
+        Py_XDECREF(out);
+    }
+    Py_DECREF(pending);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"has_stream_copy", has_stream_copy, METH_NOARGS, "True where non-temporal stores exist."},
     {"plan_pairs", plan_pairs, METH_VARARGS, "Validate an int64 pair array and coalesce runs."},
@@ -2717,6 +2841,14 @@ static PyMethodDef methods[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "new_blocks_after(inst, evicted, result, num_blocks): count get_new_blocks's "
      "allocations and capacity evictions (kvobs.adapters.vllm.block_pool)."},
+    {"release_before", (PyCFunction)(void (*)(void))release_before,
+     METH_FASTCALL | METH_KEYWORDS,
+     "release_before(inst, request): the block hashes a request cached beyond its prompt "
+     "(kvobs.adapters.vllm.lookups)."},
+    {"release_after", (PyCFunction)(void (*)(void))release_after,
+     METH_FASTCALL | METH_KEYWORDS,
+     "release_after(inst, keys, result, request): write them into the reuse profile "
+     "(kvobs.adapters.vllm.lookups)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2736,6 +2868,15 @@ PyMODINIT_FUNC PyInit__native(void)
         !(s_tier = PyUnicode_InternFromString("tier")) ||
         !(s_allocate = PyUnicode_InternFromString("allocate")) ||
         !(s_evict = PyUnicode_InternFromString("evict")) ||
+        !(s_cached_blocks = PyUnicode_InternFromString("cached_blocks")) ||
+        !(s_request_id = PyUnicode_InternFromString("request_id")) ||
+        !(s_hashes_per_block = PyUnicode_InternFromString("hashes_per_block")) ||
+        !(s_hash_size = PyUnicode_InternFromString("hash_size")) ||
+        !(s_num_prompt_tokens = PyUnicode_InternFromString("num_prompt_tokens")) ||
+        !(s_block_hashes = PyUnicode_InternFromString("block_hashes")) ||
+        !(s_written_to = PyUnicode_InternFromString("written_to")) ||
+        !(s_rec = PyUnicode_InternFromString("rec")) ||
+        !(s_written = PyUnicode_InternFromString("written")) ||
         !(s_n = PyUnicode_InternFromString("n")) ||
         !(s_keys = PyUnicode_InternFromString("keys")) ||
         !(s_cached = PyUnicode_InternFromString("cached")) ||
@@ -2761,6 +2902,12 @@ PyMODINIT_FUNC PyInit__native(void)
     for (int i = 0; i < 4; i++)
         if (!(s_after_args[i] = PyUnicode_InternFromString(after_names[i])))
             return NULL;
+    static const char *const release_names[] = {"inst", "keys", "result", "request"};
+    for (int i = 0; i < 4; i++)
+        if (!(s_release_after_args[i] = PyUnicode_InternFromString(release_names[i])))
+            return NULL;
+    s_release_before_args[0] = s_release_after_args[0];
+    s_release_before_args[1] = s_release_after_args[3];
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

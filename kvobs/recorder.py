@@ -63,8 +63,7 @@ ResidentSource = Callable[[], tuple[int, int]]
 #: Series an adapter exports beyond tiers and links: ``{metric: [(labels, value)]}``.
 SeriesSource = Callable[[], Mapping[str, list[tuple[dict[str, str], float]]]]
 
-#: Most written blocks waiting for the next keyed lookup (:meth:`Recorder.written`); the C
-#: ``cache_full_blocks`` reader (``kvobs.kernels._native``) has the same bound.
+#: Most written blocks waiting for the next keyed lookup (:meth:`Recorder.written`).
 WRITTEN_MAX = 4096
 
 _log = get_logger("kvobs")

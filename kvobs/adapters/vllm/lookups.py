@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument, warn_once
+from kvobs.kernels._ext import native
 from kvobs.recorder import Recorder
 
 COMPONENT = "vllm.kv_cache_manager"
@@ -104,7 +105,8 @@ class ExternalHits:
     never recorded (aborted between steps) are forgotten after ``max_requests`` newer ones.
 
     Example:
-        >>> from kvobs.recorder import Recorder
+        >>> from kvobs.kernels._ext import native
+from kvobs.recorder import Recorder
         >>> rec = Recorder()
         >>> hits = ExternalHits(rec)
         >>> hits.arrive("r1", host=32, disk=16); hits.take("r1"), hits.take("r1")
@@ -161,7 +163,9 @@ _NO_HITS = (0, 0)
 
 
 class LookupInstrumentation(Instrumentation):
-    """Wrapper on ``KVCacheManager.record_prefix_cache_stats``.
+    """Wrappers on ``KVCacheManager.record_prefix_cache_stats`` (the lookups) and on its
+    releases of a request's blocks (``free``, ``pop_blocks_for_free``: the blocks it wrote
+    during decode, into the reuse profile; see the module docstring).
 
     Re-lookups of preempted requests, which vLLM's hit rate (and so kvobs's lookup
     series) leaves out, go to :meth:`~kvobs.recorder.Recorder.relookup`: their own series,
@@ -177,13 +181,20 @@ class LookupInstrumentation(Instrumentation):
     external: ExternalHits | None = None
     deferred: Any = None  # Scheduler.deferred_loads
     keyed: bool = True  # pass the request's block hashes (reuse profile, trace)
-    #: whether the blocks a request wrote during decode are reported at its release (the
-    #: release wrappers' gate: False, no reader runs)
-    writes: bool = False
-    #: vLLM's cached blocks per request id (KV cache group 0), and its hashes per block
-    cached_blocks: dict[str, int] | None = None
-    hashes_per_block: int = 1
-    hash_size: int = 1
+
+    def __init__(self, target: Any, component: str, active: bool = True,
+                 rec: Any = None) -> None:
+        super().__init__(target, component, active, rec)
+        #: whether the blocks a request wrote during decode are reported at its release
+        #: (the release wrappers' gate: False, no reader runs)
+        self.writes = False
+        #: vLLM's cached blocks per request id (KV cache group 0), its hashes per block
+        #: and tokens per hash
+        self.cached_blocks: dict[str, int] = {}
+        self.hashes_per_block = 1
+        self.hash_size = 1
+        #: the recorder's ``written_pending`` (the C reader appends there while it fits)
+        self.written_to: list[Any] | None = None
 
 
 def _recorded(inst: LookupInstrumentation, state: None, result: None, request: Any,
@@ -223,29 +234,34 @@ def relookup(rec: Recorder, tokens: int, gpu_hit: int, host: int, disk: int) -> 
     rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=min(disk, left - host))
 
 
-def _releasing(inst: LookupInstrumentation, request: Any) -> Any:
+def python_release_before(inst: LookupInstrumentation, request: Any,
+                          *args: Any, **kwargs: Any) -> Any:
     """Before ``free`` / ``pop_blocks_for_free``: the block hashes of what ``request``
-    cached beyond its prompt (vLLM's count, which the call pops), or None."""
-    cached = inst.cached_blocks
-    if cached is None:
-        return None
-    end = cached.get(request.request_id, 0) * inst.hashes_per_block
+    cached beyond its prompt (vLLM's count, which the call pops), or None. The Python twin
+    of ``native.release_before`` (the fallback, and its reference)."""
+    end = inst.cached_blocks.get(request.request_id, 0) * inst.hashes_per_block
     start = request.num_prompt_tokens // inst.hash_size
     return request.block_hashes[start:end] if start < end else None
 
 
-def _released(inst: LookupInstrumentation, keys: Any, result: Any, request: Any) -> None:
-    """The call returned: the blocks are released, written into the profile's stack."""
+def python_release_after(inst: LookupInstrumentation, keys: Any, result: Any, request: Any,
+                         *args: Any, **kwargs: Any) -> None:
+    """The call returned: the blocks are released, written into the profile's stack. The
+    Python twin of ``native.release_after``."""
     if keys:
         inst.rec.written(keys)
 
 
+_release_before: Any = getattr(native, "release_before", None) or python_release_before
+_release_after: Any = getattr(native, "release_after", None) or python_release_after
+
+
 SPEC = AdapterSpec(COMPONENT, ("KVCacheManager",), (
     Hook("record_prefix_cache_stats", ("request", "num_hits"), "lookup", after=_recorded),
-    Hook("free", ("request",), "track", before=_releasing, after=_released,
+    Hook("free", ("request",), "track", before=_release_before, after=_release_after,
          when="inst.writes"),
-    Hook("pop_blocks_for_free", ("request",), "track", before=_releasing, after=_released,
-         when="inst.writes", optional=True),
+    Hook("pop_blocks_for_free", ("request",), "track", before=_release_before,
+         after=_release_after, when="inst.writes", optional=True),
 ), state=("block_pool", "prefix_cache_lookup_enabled"))
 """The lookup, and the releases that write a request's answer into the reuse profile
 (gated: no reader runs while nothing is reported)."""
@@ -319,4 +335,5 @@ def _find_cached_blocks(inst: LookupInstrumentation, manager: Any, rec: Recorder
     inst.cached_blocks = cached
     inst.hashes_per_block = block_size // hash_size
     inst.hash_size = hash_size
+    inst.written_to = rec.written_pending
     inst.writes = True

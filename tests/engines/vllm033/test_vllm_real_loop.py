@@ -136,17 +136,20 @@ def test_returning_conversations_equal_vllm_at_every_step(tmp_path: Path) -> Non
 class Answers:
     """The blocks vLLM cached beyond each request's prompt, from the ``BlockStored`` event
     each of its ``cache_full_blocks`` calls emits (a spy on the pool, which kvobs does not
-    wrap), and the keys kvobs wrote into the reuse profile, one list per ``written`` call."""
+    wrap), and the keys kvobs wrote into the reuse profile at each release of a request's
+    blocks (spies around kvobs's wrappers of ``free`` / ``pop_blocks_for_free``: what the
+    release added to the recorder's written blocks, in place or through ``written``)."""
 
     def __init__(self, driver: EngineDriver, rec: Recorder) -> None:
         from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
-        self.convert = maybe_convert_block_hash
-        pool = driver.scheduler.kv_cache_manager.block_pool
+        manager = driver.scheduler.kv_cache_manager
+        pool = manager.block_pool
         assert pool.enable_kv_cache_events and pool.hash_block_size == driver.block_size
         self.stored: list[Any] = []   # vLLM's, in the order it cached them
-        self.writes: list[list[Any]] = []  # kvobs's, per written() call
+        self.writes: list[list[Any]] = []  # kvobs's, per release that wrote any
         cache_full, written = pool.cache_full_blocks, rec.written
+        handed: list[Any] = []
 
         def spy(request: Any, blocks: Any, num_cached_blocks: int, num_full_blocks: int,
                 *args: Any, **kwargs: Any) -> None:
@@ -161,11 +164,23 @@ class Answers:
                             if i >= prompt]
 
         def written_spy(keys: Any) -> None:
-            self.writes.append([self.convert(k) for k in keys])
+            handed.append(list(keys))
             written(keys)
+
+        def around(release: Any) -> Any:
+            def call(request: Any) -> Any:
+                held, calls = len(rec.written_pending), len(handed)
+                result = release(request)
+                keys = handed[-1] if len(handed) > calls else rec.written_pending[held:]
+                if keys:
+                    self.writes.append([maybe_convert_block_hash(k) for k in keys])
+                return result
+            return call
 
         pool.cache_full_blocks = spy
         rec.written = written_spy  # type: ignore[method-assign]
+        manager.free = around(manager.free)
+        manager.pop_blocks_for_free = around(manager.pop_blocks_for_free)
 
 
 def test_answers_go_to_the_reuse_profile_once_as_vllm_cached_them(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""The vLLM ``get_new_blocks`` readers in C count what their Python references count.
+"""The vLLM readers in C count what their Python references count.
+
+``get_new_blocks`` (``kvobs.adapters.vllm.block_pool``):
 
 They run on every allocation of a vLLM pool: ``native.new_blocks_before`` must count the
 same hashed blocks among the free queue's first ``num_blocks`` as
@@ -8,6 +10,12 @@ the class has no slots or a block is of another type, a queue shorter than asked
 ``block_pool.python_new_blocks_after`` (a C tier counted in place, any other through its
 methods), arguments by position or by keyword. (The real engine suites run the C readers
 against vLLM's own counts; the mutation check runs the Python ones.)
+
+The releases of a request's blocks (``kvobs.adapters.vllm.lookups``):
+``native.release_before`` must pick the same block hashes (a request's cached blocks
+beyond its prompt) as ``lookups.python_release_before``, and ``native.release_after`` must
+leave the recorder's written blocks as ``lookups.python_release_after`` does (through
+``Recorder.written``: appended, or flushed past ``WRITTEN_MAX``).
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvobs.adapters.vllm import block_pool
+from kvobs.adapters.vllm import block_pool, lookups
 from kvobs.kernels._ext import native
-from kvobs.recorder import PyTierCore, TierRecorder
+from kvobs.recorder import WRITTEN_MAX, PyTierCore, Recorder, TierRecorder
 
 pytestmark = pytest.mark.skipif(getattr(native, "new_blocks_before", None) is None,
                                 reason="the C extension is not built here")
@@ -110,3 +118,64 @@ def test_bad_arguments_raise_as_python_would():
         native.new_blocks_before(SimpleNamespace(free_walk=(Block(False), None, None)))
     with pytest.raises(AttributeError):
         native.new_blocks_after(SimpleNamespace(), 0, None, 1)
+
+
+def release_state(rnd: random.Random, pending: int) -> tuple:
+    rec = Recorder()
+    rec.written_pending.extend(f"w{i}".encode() for i in range(pending))
+    hash_size = rnd.choice([16, 32])
+    inst = SimpleNamespace(rec=rec, written_to=rec.written_pending, hash_size=hash_size,
+                           hashes_per_block=rnd.choice([1, 1, 2, 4]),
+                           cached_blocks={f"r{i}": rnd.randrange(0, 12) for i in range(4)})
+    request = SimpleNamespace(request_id=f"r{rnd.randrange(6)}",  # r4, r5: none cached
+                              num_prompt_tokens=rnd.randrange(0, 300),
+                              block_hashes=[f"k{i}".encode() for i in range(rnd.randrange(50))])
+    return inst, request
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_c_release_readers_write_what_the_python_ones_write(seed):
+    for case in range(300):
+        pending = random.Random(case).choice([0, 5, WRITTEN_MAX - 3, WRITTEN_MAX])
+        pair = [release_state(random.Random(seed * 1000 + case), pending) for _ in range(2)]
+        by_keyword = case % 3 == 0
+        results = []
+        for (before, after), (inst, request) in zip(
+                ((native.release_before, native.release_after),
+                 (lookups.python_release_before, lookups.python_release_after)), pair,
+                strict=True):
+            keys = before(inst=inst, request=request) if by_keyword else before(inst, request)
+            results.append(keys)
+            if by_keyword:
+                after(inst=inst, keys=keys, result=None, request=request)
+            else:
+                after(inst, keys, None, request)
+        assert results[0] == results[1]
+        assert pair[0][0].rec.written_pending == pair[1][0].rec.written_pending
+
+
+def test_a_release_past_the_bound_flushes_through_the_recorder():
+    rec = Recorder(profile_reuse=False)
+    rec.written_pending.extend(range(WRITTEN_MAX - 1))
+    inst = SimpleNamespace(rec=rec, written_to=rec.written_pending, hash_size=16,
+                           hashes_per_block=1, cached_blocks={"a": 3})
+    request = SimpleNamespace(request_id="a", num_prompt_tokens=16, block_hashes=[0, 1, 2])
+    keys = native.release_before(inst, request)
+    assert keys == [1, 2]
+    native.release_after(inst, [1], None, request)
+    assert rec.written_pending == [*range(WRITTEN_MAX - 1), 1]  # in place: it fits
+    native.release_after(inst, keys, None, request)
+    assert rec.written_pending == []  # 4,098 would wait: flushed
+    native.release_after(inst, None, None, request)
+    native.release_after(inst, [], None, request)
+    assert rec.written_pending == []
+
+
+def test_bad_release_arguments_raise_as_python_would():
+    inst = SimpleNamespace(cached_blocks=None, hash_size=16, hashes_per_block=1)
+    request = SimpleNamespace(request_id="a", num_prompt_tokens=0, block_hashes=[])
+    for reader in (native.release_before, lookups.python_release_before):
+        with pytest.raises((TypeError, AttributeError)):
+            reader(inst, request)
+    with pytest.raises(TypeError):
+        native.release_before(inst)
