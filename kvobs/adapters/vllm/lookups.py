@@ -28,14 +28,24 @@ blocks are released: ``free(request)`` (a request finished, aborted or preempted
 ``pop_blocks_for_free(request)`` (the same, its blocks returned to the pool a step later).
 vLLM's own count of the request's cached blocks (the KV cache group 0 manager's
 ``num_cached_block``, popped by that call) says how far: the request's block hashes from
-its prompt's end to there. Once per request, not once per filled block, and at the
-moment that sets vLLM's eviction order: a block in use cannot be evicted, and the pool
-appends a request's blocks to its free queue (the LRU order its evictions follow) when
-they are released, so a written answer enters the profile's LRU stack where it enters
-vLLM's. A preempted request releases its blocks once per preemption and once at the end;
-each release writes the answer's cached blocks again, as each moves them to the tail of
-vLLM's queue (a write moves a block to the top of the stack and counts nothing, so
-writing one twice counts nothing twice). A request that never got blocks has none.
+its prompt's end to there. Once per request, not once per filled block (as before, when
+``BlockPool.cache_full_blocks`` reported each block as it filled).
+
+Why at release is vLLM's LRU order: a block in use cannot be evicted, and ``free_blocks``
+appends a released request's hashed blocks to the tail of the pool's free queue, whose
+head ``get_new_blocks`` evicts first. So an answer's blocks take their place in vLLM's
+eviction order when the request releases them, not when each filled; written then, they
+enter the profile's LRU stack where they enter vLLM's queue (a lookup admitted while the
+request still runs cannot evict them in vLLM, and in the profile they are not yet there
+to be pushed down either). Two differences remain, as before: vLLM appends a request's
+blocks tail first (its last block is evicted first) where the profile writes them in
+prompt order, the order the next turn's lookup references them; and the prompt's own
+blocks, which vLLM moves to the tail at the same release, stay in the profile where their
+lookup referenced them. A preempted request releases its blocks at each preemption and
+at its end; each release writes the answer's cached blocks again, as each moves them to
+the tail of vLLM's queue (a write moves a block to the top of the stack and counts
+nothing, so a block written twice is counted no more). A request that never got blocks
+(aborted while waiting) has none to write.
 
 Example:
     >>> hits = HostHits(tokens_per_chunk=64)
