@@ -27,7 +27,8 @@
  *       over a vLLM BlockPool's blocks (kvobs.adapters.vllm.block_pool.walk), reading two
  *       __slots__ fields by their offsets.
  *   new_blocks_before / new_blocks_after: the readers of a vLLM BlockPool's
- *       get_new_blocks (allocations and the capacity evictions it makes).
+ *       get_new_blocks (allocations and the capacity evictions it makes); PoolReader: the
+ *       two bound to one pool, in one object.
  *   release_before / release_after: the readers of a vLLM KVCacheManager's releases of a
  *       request's blocks (its answer's blocks into the reuse profile).
  *   HookCall: an adapter's wrapper of one engine method (kernels/_hookcall.c).
@@ -2701,6 +2702,167 @@ static PyObject *new_blocks_after(PyObject *unused, PyObject *const *args, Py_ss
     Py_RETURN_NONE;
 }
 
+/* PoolReader(head, next_member, hash_member, tier): new_blocks_before and new_blocks_after
+ * bound to one pool, as one callable: called as the `before` (inst, num_blocks) it counts
+ * the hashed blocks among the num_blocks linked after `head`; as the `after` (inst,
+ * evicted, result, num_blocks) it adds num_blocks to tier's allocations and evicted to its
+ * capacity evictions. The same counts as the two functions (and their Python twins), with
+ * what they read held in one object (the slot offsets resolved once, the tier a C TierCore),
+ * so an allocation touches no attribute of inst, and one object for both readers. num_blocks
+ * may come by keyword. Holds the head block (which links the pool's blocks, which hold
+ * the pool, which holds its wrappers): collected as a cycle. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *head, *tier, *next_member, *hash_member;
+    Py_ssize_t next_at, hash_at;
+    PyTypeObject *next_type, *hash_type;
+} PoolReader;
+
+static PyObject *s_num_blocks;
+
+static PyObject *pool_reader_call(PoolReader *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *num_blocks = nargs > 0 ? args[nargs - 1] : NULL;
+    Py_ssize_t given = nargs;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        if (PyTuple_GET_SIZE(kwnames) != 1 ||
+            PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_num_blocks) != 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "PoolReader: only num_blocks may come by "
+                                                 "keyword");
+            return NULL;
+        }
+        num_blocks = args[nargs];
+        given = nargs + 1;
+    }
+    if (given == 2) { /* before(inst, num_blocks) */
+        Py_ssize_t n = PyLong_AsSsize_t(num_blocks);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+        PyObject *block = Py_NewRef(self->head);
+        Py_ssize_t hashed = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *next = slot_or_attr(block, self->next_at, self->next_type,
+                                          s_next_free_block);
+            Py_DECREF(block);
+            if (next == NULL)
+                return NULL;
+            block = next;
+            if (block == Py_None)
+                break;
+            PyObject *hash = slot_or_attr(block, self->hash_at, self->hash_type, s_block_hash);
+            if (hash == NULL) {
+                Py_DECREF(block);
+                return NULL;
+            }
+            hashed += hash != Py_None;
+            Py_DECREF(hash);
+        }
+        Py_DECREF(block);
+        return PyLong_FromSsize_t(hashed);
+    }
+    if (given == 4) { /* after(inst, evicted, result, num_blocks) */
+        PyObject *evicted = args[1];
+        int any = PyObject_IsTrue(evicted);
+        if (any < 0)
+            return NULL;
+        TierCore *core = (TierCore *)self->tier;
+        if (count_add(&core->allocations, num_blocks) < 0 ||
+            (any && count_add(&core->evictions_capacity, evicted) < 0))
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return PyErr_Format(PyExc_TypeError, "PoolReader: called with %zd arguments: 2 (a "
+                        "before) or 4 (an after)", given);
+}
+
+static PyObject *pool_reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"head", "next_member", "hash_member", "tier", NULL};
+    PyObject *head, *next_member, *hash_member, *tier;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO", kwlist, &head, &next_member,
+                                     &hash_member, &tier))
+        return NULL;
+    if (!PyObject_TypeCheck(tier, &TierCoreType))
+        return PyErr_Format(PyExc_TypeError, "PoolReader: tier must be a TierCore");
+    PyTypeObject *next_type, *hash_type;
+    Py_ssize_t next_at = member_offset(next_member, &next_type);
+    if (next_at < 0)
+        return NULL;
+    Py_ssize_t hash_at = member_offset(hash_member, &hash_type);
+    if (hash_at < 0)
+        return NULL;
+    PoolReader *self = (PoolReader *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)pool_reader_call;
+    self->head = Py_NewRef(head);
+    self->tier = Py_NewRef(tier);
+    /* the descriptors hold their types and members: kept for as long as the offsets */
+    self->next_member = Py_NewRef(next_member);
+    self->hash_member = Py_NewRef(hash_member);
+    self->next_at = next_at;
+    self->hash_at = hash_at;
+    self->next_type = next_type;
+    self->hash_type = hash_type;
+    return (PyObject *)self;
+}
+
+static int pool_reader_traverse(PoolReader *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->head);
+    Py_VISIT(self->tier);
+    Py_VISIT(self->next_member);
+    Py_VISIT(self->hash_member);
+    return 0;
+}
+
+static int pool_reader_clear(PoolReader *self)
+{
+    Py_CLEAR(self->head);
+    Py_CLEAR(self->tier);
+    Py_CLEAR(self->next_member);
+    Py_CLEAR(self->hash_member);
+    return 0;
+}
+
+static void pool_reader_dealloc(PoolReader *self)
+{
+    PyObject_GC_UnTrack(self);
+    pool_reader_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pool_reader_self(PyObject *self, PyObject *unused)
+{
+    return Py_NewRef(self);
+}
+
+static PyMethodDef pool_reader_methods[] = {
+    {"__copy__", pool_reader_self, METH_NOARGS, NULL}, /* kept under copy, as a function is */
+    {"__deepcopy__", pool_reader_self, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PoolReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvobs.kernels._native.PoolReader",
+    .tp_basicsize = sizeof(PoolReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "PoolReader(head, next_member, hash_member, tier): a vLLM pool's get_new_blocks "
+              "readers, before and after, bound to it (kvobs.adapters.vllm.block_pool).",
+    .tp_new = pool_reader_new,
+    .tp_dealloc = (destructor)pool_reader_dealloc,
+    .tp_traverse = (traverseproc)pool_reader_traverse,
+    .tp_clear = (inquiry)pool_reader_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(PoolReader, vectorcall),
+    .tp_methods = pool_reader_methods,
+};
+
 /* ---- vLLM release readers (kvobs.adapters.vllm.lookups) --------------------------------
  *
  * release_before(inst, request) -> list or None
@@ -2868,6 +3030,7 @@ PyMODINIT_FUNC PyInit__native(void)
         !(s_tier = PyUnicode_InternFromString("tier")) ||
         !(s_allocate = PyUnicode_InternFromString("allocate")) ||
         !(s_evict = PyUnicode_InternFromString("evict")) ||
+        !(s_num_blocks = PyUnicode_InternFromString("num_blocks")) ||
         !(s_cached_blocks = PyUnicode_InternFromString("cached_blocks")) ||
         !(s_request_id = PyUnicode_InternFromString("request_id")) ||
         !(s_hashes_per_block = PyUnicode_InternFromString("hashes_per_block")) ||
@@ -2913,7 +3076,7 @@ PyMODINIT_FUNC PyInit__native(void)
         return NULL;
     /* each type readied and added under its own name (tp_name's last part) */
     PyTypeObject *types[] = {&ReuseCoreType, &ThrashCoreType, &ResidencyCoreType,
-                             &TierCoreType, &LinkCoreType};
+                             &TierCoreType, &LinkCoreType, &PoolReaderType};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (PyModule_AddType(m, types[i]) < 0) {
             Py_DECREF(m);

@@ -179,3 +179,26 @@ def test_bad_release_arguments_raise_as_python_would():
             reader(inst, request)
     with pytest.raises(TypeError):
         native.release_before(inst)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_bound_pool_reader_counts_what_the_python_readers_count(seed):
+    """``PoolReader``: both readers of one pool in one C object (its queue's head, slot
+    offsets and tier held in it), called as a before (two arguments) and an after (four)."""
+    rnd = random.Random(seed)
+    for _case in range(300):
+        walk = queue(rnd, Block, odd=rnd.random() < 0.2)
+        tiers = [TierRecorder("gpu", 100, 16, 0) for _ in range(2)]
+        reader = native.PoolReader(*walk, tiers[0])
+        inst = SimpleNamespace(free_walk=walk, tier=tiers[1])
+        n = rnd.randrange(0, 16)
+        evicted = block_pool.python_new_blocks_before(inst, n)
+        assert reader(None, n) == reader(None, num_blocks=n) == evicted
+        reader(None, evicted, [], n)
+        block_pool.python_new_blocks_after(inst, evicted, [], n)
+        assert (tiers[0].allocations, tiers[0].evictions_capacity) == \
+            (tiers[1].allocations, tiers[1].evictions_capacity) == (n, evicted)
+    with pytest.raises(TypeError):
+        native.PoolReader(*walk, PyTierCore())  # a tier in Python: the module's readers
+    with pytest.raises(TypeError):
+        reader(None, 1, 2)

@@ -44,6 +44,7 @@ Example (needs vLLM)::
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable, Sequence
 from types import MemberDescriptorType
@@ -308,10 +309,34 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
     if inst.active:
         if not pool.enable_caching:
             inst.rewrap(COUNT_ONLY)
+        else:
+            _bind_readers(inst)
         gpu = inst.tier
         gpu.set_resident_source(inst.settle)
         inst.on_unwrap(lambda: gpu.set_resident_source(None))
     return inst
+
+
+def _bind_readers(inst: BlockPoolInstrumentation) -> None:
+    """Where the extension is built, the vLLM blocks have slots and the tier is C: the
+    ``get_new_blocks`` readers as one C object bound to this pool
+    (:class:`kvobs.kernels._native.PoolReader`: the head, slot offsets and tier held in
+    it; an allocation reads no attribute of ``inst``), in place of the module's two
+    functions, which count the same. Only where the table holds those functions (a
+    benchmark's no-op readers stay)."""
+    hook = next(h for h in SPEC.hooks if h.method == "get_new_blocks")
+    head, next_member, hash_member = inst.free_walk
+    if _PoolReader is None or next_member is None or hook.before is not _new_blocks_before \
+            or hook.after is not _new_blocks_after:
+        return
+    try:
+        reader = _PoolReader(head, next_member, hash_member, inst.tier)
+    except TypeError:  # a tier of another type: the module's readers stay
+        return
+    inst.rewrap(dataclasses.replace(hook, before=reader, after=reader))
+
+
+_PoolReader: Any = getattr(native, "PoolReader", None)
 
 
 def pool_capacity(pool: Any) -> int:
