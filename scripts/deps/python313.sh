@@ -123,7 +123,7 @@ if ! printf '%s\n' "$@" | grep -q '^tests'; then  # no test path given: the twin
         tests/adapters/test_hook_tables.py tests/adapters/test_step_stride.py \
         tests/core/test_counters_native.py tests/core/test_reuse_native.py \
         tests/core/test_reuse.py tests/core/test_thrash.py tests/core/test_residency_native.py \
-        tests/core/test_residency_sampling.py tests/kernels/test_cache_full_reader.py \
+        tests/core/test_residency_sampling.py tests/kernels/test_vllm_readers.py \
         tests/kernels/test_c_sources_compile.py
 fi
 exec "$VENV/bin/python" -X dev -m pytest -p no:cacheprovider "$@"

@@ -6,7 +6,7 @@ Debian 13's CPython 3.13 (with its own glibc, nothing installed) and a venv with
 pure-Python dependencies; ``--test`` copies this working tree, builds
 ``kvobs.kernels._native`` for 3.13 with ``setup.py`` and runs the C extension's twin
 tests there (HookCall's wrappers and gates, the tier, link, thrash, residency and reuse
-cores against their Python twins, the ``cache_full_blocks`` reader, the C sources'
+cores against their Python twins, the vLLM pool and release readers, the C sources'
 compile). No torch for 3.13: the tests that need it run under 3.11 only.
 Locally a missing interpreter skips; under ``CI`` it fails.
 """
