@@ -5,8 +5,9 @@ chat, the answer blocks an engine writes during decode (not counted, but cached:
 turn's prompt hits them). For each configured capacity from 1,000 to 100,000 blocks and
 each hash salt (which blocks get sampled), the default profile's predicted hit ratio at
 every bucket bound is compared with the exact LRU answer of the same events (every
-reuse distance, in one pass: ``tests/lru_oracle.py``); the table prints the largest and the mean absolute error per
-workload and capacity, over bounds and salts (goal: max <= 0.02, mean <= 0.01), with the
+reuse distance, in one pass: ``tests/lru_oracle.py``); the table prints the largest and
+the mean absolute error per workload and capacity, over bounds and salts (goal: max <=
+0.02, mean <= 0.01), with the
 sampling rate (the counted share of blocks) and the tracking rate at the end of the trace
 (the share whose recency was kept: 1 while the blocks in use fit in ``max_keys``, when the
 sampled blocks' distances are exact; the lowest over salts). These traces hold fewer
