@@ -115,8 +115,7 @@ class ExternalHits:
     never recorded (aborted between steps) are forgotten after ``max_requests`` newer ones.
 
     Example:
-        >>> from kvobs.kernels._ext import native
-from kvobs.recorder import Recorder
+        >>> from kvobs.recorder import Recorder
         >>> rec = Recorder()
         >>> hits = ExternalHits(rec)
         >>> hits.arrive("r1", host=32, disk=16); hits.take("r1"), hits.take("r1")
