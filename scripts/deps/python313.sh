@@ -7,9 +7,9 @@
 # Nothing is installed on the system. The interpreter, its stdlib and headers and every
 # library it loads (glibc included: Debian 13's binaries need glibc 2.38, Debian 12 has
 # 2.36) are Debian 13 .debs, downloaded through a private package list
-# (scripts/deps/lib/trixie.sh: the system's sources untouched), unpacked with dpkg-deb -x. The
+# (scripts/deps/lib/debian.sh: the system's sources untouched), unpacked with dpkg-deb -x. The
 # interpreter is then pointed at the root's own loader and libraries with patchelf (Debian
-# 12's package, downloaded and unpacked, not installed), so that it, and sys.executable in
+# 12's package, downloaded the same way and unpacked), so that it, and sys.executable in
 # a subprocess, runs directly; without patchelf it still runs as
 #   $ROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path <root libs> $ROOT/usr/bin/python3.13
 # No torch for 3.13 (PyPI's Linux wheel pulls the CUDA packages): tests that import torch
@@ -48,8 +48,8 @@ say() { echo "python3.13: $*" >&2; }
 # pip's "Location ... is ignored" for a configured index that is not on this machine: noise
 quiet_pip() { "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2); }
 
-# shellcheck source=lib/trixie.sh
-source "$REPO/scripts/deps/lib/trixie.sh"
+# shellcheck source=lib/debian.sh
+source "$REPO/scripts/deps/lib/debian.sh"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -67,7 +67,8 @@ fi
 # what the stdlib's and wheels' extension modules load)
 if ! "$PY" -c "$CHECK" 2>/dev/null; then
     mkdir -p "$WORK/patchelf"
-    (cd "$WORK/patchelf" && apt-get -qq download patchelf 2>/dev/null && dpkg-deb -x patchelf_*.deb .)
+    debian_download bookworm "$WORK/patchelf" patchelf  # runs on this system's glibc
+    (cd "$WORK/patchelf" && dpkg-deb -x patchelf_*.deb .)
     "$WORK/patchelf/usr/bin/patchelf" --set-interpreter "$LOADER" --force-rpath --set-rpath "$LIBS" "$PY"
     "$PY" -c "$CHECK" || { say "patched $PY, but it does not run"; exit 1; }
     say "$PY runs on its own loader (patchelf)"

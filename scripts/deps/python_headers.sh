@@ -14,8 +14,8 @@ if [[ -f "$DEST/include/python3.13/Python.h" && -f "$DEST/include/x86_64-linux-g
     echo "python headers: 3.13 already in $DEST"
     exit 0
 fi
-# shellcheck source=lib/trixie.sh
-source "$REPO/scripts/deps/lib/trixie.sh"
+# shellcheck source=lib/debian.sh
+source "$REPO/scripts/deps/lib/debian.sh"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 trixie_download "$WORK" libpython3.13-dev python3.13-dev
