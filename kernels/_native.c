@@ -323,10 +323,10 @@ static PyObject *has_stream_copy(PyObject *self, PyObject *unused)
  * tracked, distances exact, the least recently used key forgotten beyond its max_keys),
  * every key of every call is profiled there first, from the same hash: its counts are
  * exact for every distance up to its max_keys. This core then counts only the references
- * the near core did not find (a distance beyond its max_keys, or cold), each one's weight
- * exactly: a tracked one at its distance (at least max_keys + 1: a sampled estimate never
- * puts it within), an untracked one spread over the distribution of the tracked ones
- * (reuse_count_far). kvobs.reuse.ReuseProfile adds the two.
+ * the near core did not find (a distance beyond its max_keys, or cold): a tracked one at
+ * its distance (at least max_keys + 1: a sampled estimate never puts it within), weighing
+ * the untracked ones since too (a ratio estimate, reuse_count_far); an untracked one adds
+ * nothing itself. kvobs.reuse.ReuseProfile adds the two.
  *
  * State: an open-addressing table (bits -> slot, linear probing, backward-shift delete), a
  * bitmap over 4 x max_live time slots (a set bit marks a key's latest slot) with a Fenwick
@@ -679,7 +679,7 @@ static void reuse_lower_track(ReuseCore *self)
     }
 }
 
-/* The bucket of a distance (-1: cold, the last one). */
+/* The bucket of a distance (the first bound >= it); a negative one (cold): the last. */
 static Py_ssize_t reuse_bucket(const ReuseCore *self, double distance)
 {
     if (distance < 0)
@@ -695,8 +695,8 @@ static Py_ssize_t reuse_bucket(const ReuseCore *self, double distance)
     return lo;
 }
 
-/* What reuse_sample found: a key not tracked (above the threshold, or dropped earlier in
- * the call), and below it (cold) in bucket n_bounds; an error. */
+/* reuse_sample's results besides a bucket (0..n_bounds, the last one cold): the key is not
+ * tracked (above the threshold, or dropped earlier in the call), or an error is set. */
 #define REUSE_UNTRACKED (-2)
 #define REUSE_ERROR (-3)
 
@@ -887,9 +887,9 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
             goto done;
         found[j] = b < near->n_bounds; /* a distance found: within its max_keys */
     }
-    /* Then this core, key by key in order: the picked keys update their recency (counted
-     * when the near core did not find them), the others beyond the near core's reach are
-     * counted by the distribution of the tracked ones (reuse_count_far). */
+    /* Then this core, key by key in order: the picked keys update their recency, and every
+     * key the near core did not find goes to reuse_count_far (a tracked one counted at its
+     * distance for itself and the untracked ones since, an untracked one only tallied). */
     double floor = (double)near->max_keys + 1.0;
     for (Py_ssize_t j = 0, k = 0; j < i; j++) {
         int far = counted && !found[j];
@@ -2610,6 +2610,44 @@ static PyObject *slot_or_attr(PyObject *block, Py_ssize_t at, PyTypeObject *owne
     return PyObject_GetAttr(block, name);
 }
 
+/* Of the first `n` blocks linked after `head` (through next_free_block), those holding a
+ * prefix hash (_block_hash not None), each read by its slot offset where the block is of
+ * the slot's type, else as an attribute; -1 with an error set. */
+static Py_ssize_t hashed_after_head(PyObject *head, Py_ssize_t n, Py_ssize_t next_at,
+                                    PyTypeObject *next_type, Py_ssize_t hash_at,
+                                    PyTypeObject *hash_type)
+{
+    PyObject *block = Py_NewRef(head);
+    Py_ssize_t hashed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *next = slot_or_attr(block, next_at, next_type, s_next_free_block);
+        Py_DECREF(block);
+        if (next == NULL)
+            return -1;
+        block = next;
+        if (block == Py_None)
+            break;
+        PyObject *hash = slot_or_attr(block, hash_at, hash_type, s_block_hash);
+        if (hash == NULL) {
+            Py_DECREF(block);
+            return -1;
+        }
+        hashed += hash != Py_None;
+        Py_DECREF(hash);
+    }
+    Py_DECREF(block);
+    return hashed;
+}
+
+/* get_new_blocks returned: num_blocks allocations, evicted of them capacity evictions
+ * (`any`: evicted is true), added to a C tier's counters in place; -1 with an error set. */
+static int tier_core_new_blocks(TierCore *core, PyObject *num_blocks, PyObject *evicted,
+                                int any)
+{
+    return count_add(&core->allocations, num_blocks) < 0 ||
+           (any && count_add(&core->evictions_capacity, evicted) < 0) ? -1 : 0;
+}
+
 static PyObject *new_blocks_before(PyObject *unused, PyObject *const *args, Py_ssize_t nargsf,
                                    PyObject *kwnames)
 {
@@ -2639,27 +2677,10 @@ static PyObject *new_blocks_before(PyObject *unused, PyObject *const *args, Py_s
         Py_DECREF(walk);
         return NULL;
     }
-    PyObject *block = Py_NewRef(PyTuple_GET_ITEM(walk, 0));
+    Py_ssize_t hashed = hashed_after_head(PyTuple_GET_ITEM(walk, 0), n, next_at, next_type,
+                                          hash_at, hash_type);
     Py_DECREF(walk);
-    Py_ssize_t hashed = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *next = slot_or_attr(block, next_at, next_type, s_next_free_block);
-        Py_DECREF(block);
-        if (next == NULL)
-            return NULL;
-        block = next;
-        if (block == Py_None)
-            break;
-        PyObject *hash = slot_or_attr(block, hash_at, hash_type, s_block_hash);
-        if (hash == NULL) {
-            Py_DECREF(block);
-            return NULL;
-        }
-        hashed += hash != Py_None;
-        Py_DECREF(hash);
-    }
-    Py_DECREF(block);
-    return PyLong_FromSsize_t(hashed);
+    return hashed < 0 ? NULL : PyLong_FromSsize_t(hashed);
 }
 
 
@@ -2682,9 +2703,7 @@ static PyObject *new_blocks_after(PyObject *unused, PyObject *const *args, Py_ss
         return NULL;
     int rc = 0;
     if (PyObject_TypeCheck(tier, &TierCoreType)) {
-        TierCore *core = (TierCore *)tier;
-        rc = count_add(&core->allocations, num_blocks) < 0 ||
-             (any && count_add(&core->evictions_capacity, evicted) < 0) ? -1 : 0;
+        rc = tier_core_new_blocks((TierCore *)tier, num_blocks, evicted, any);
     } else {
         PyObject *r = PyObject_CallMethodOneArg(tier, s_allocate, num_blocks);
         if (r != NULL && any) {
@@ -2742,36 +2761,13 @@ static PyObject *pool_reader_call(PoolReader *self, PyObject *const *args, size_
         Py_ssize_t n = PyLong_AsSsize_t(num_blocks);
         if (n == -1 && PyErr_Occurred())
             return NULL;
-        PyObject *block = Py_NewRef(self->head);
-        Py_ssize_t hashed = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *next = slot_or_attr(block, self->next_at, self->next_type,
-                                          s_next_free_block);
-            Py_DECREF(block);
-            if (next == NULL)
-                return NULL;
-            block = next;
-            if (block == Py_None)
-                break;
-            PyObject *hash = slot_or_attr(block, self->hash_at, self->hash_type, s_block_hash);
-            if (hash == NULL) {
-                Py_DECREF(block);
-                return NULL;
-            }
-            hashed += hash != Py_None;
-            Py_DECREF(hash);
-        }
-        Py_DECREF(block);
-        return PyLong_FromSsize_t(hashed);
+        Py_ssize_t hashed = hashed_after_head(self->head, n, self->next_at, self->next_type,
+                                              self->hash_at, self->hash_type);
+        return hashed < 0 ? NULL : PyLong_FromSsize_t(hashed);
     }
     if (given == 4) { /* after(inst, evicted, result, num_blocks) */
-        PyObject *evicted = args[1];
-        int any = PyObject_IsTrue(evicted);
-        if (any < 0)
-            return NULL;
-        TierCore *core = (TierCore *)self->tier;
-        if (count_add(&core->allocations, num_blocks) < 0 ||
-            (any && count_add(&core->evictions_capacity, evicted) < 0))
+        int any = PyObject_IsTrue(args[1]);
+        if (any < 0 || tier_core_new_blocks((TierCore *)self->tier, num_blocks, args[1], any) < 0)
             return NULL;
         Py_RETURN_NONE;
     }

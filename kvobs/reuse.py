@@ -350,7 +350,8 @@ class ReuseProfile:
             k = 0
             for i in range(1, read + 1):
                 # a block the exact stack found is counted there: here only its recency;
-                # the others are counted by the distribution of the tracked ones
+                # the others go to _count_far (a tracked one counted for the untracked
+                # ones since too)
                 bucket = _UNTRACKED
                 if k < len(picked) and picked[k][0] == i:
                     bucket = self._sample(picked[k][1], False, first + i, self._floor)

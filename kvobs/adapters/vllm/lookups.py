@@ -331,14 +331,11 @@ def _find_cached_blocks(inst: LookupInstrumentation, manager: Any, rec: Recorder
         group = manager.coordinator.single_type_managers[0]
         cached, block_size = group.num_cached_block, int(group.block_size)
         hash_size = int(manager.block_pool.hash_block_size)
+        if not isinstance(cached, dict) or hash_size <= 0 or block_size % hash_size:
+            raise ValueError("num_cached_block / block sizes")
     except (AttributeError, IndexError, TypeError, ValueError) as exc:
         warn_once(f"{COMPONENT}:num_cached_block", "kvobs_instrument_partial",
                   component=COMPONENT, missing=str(exc),
-                  effect="the reuse profile gets no decode-written blocks")
-        return
-    if not isinstance(cached, dict) or hash_size <= 0 or block_size % hash_size:
-        warn_once(f"{COMPONENT}:num_cached_block", "kvobs_instrument_partial",
-                  component=COMPONENT, missing="num_cached_block / block sizes",
                   effect="the reuse profile gets no decode-written blocks")
         return
     inst.cached_blocks = cached
