@@ -138,8 +138,7 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
         with tempfile.TemporaryDirectory() as tmp:
             workloads: dict[str, Workload] = {}
             for name in built:
-                with _python_wrappers() if name == "python-wrappers" else \
-                        contextlib.nullcontext():
+                with FOURTH_CONTEXT.get(name, contextlib.nullcontext)():
                     workloads[name], recorder = build(Path(tmp), name, running,
                                                       instrumented=name not in ("plain",
                                                                                 "control"),
@@ -317,7 +316,25 @@ def _python_wrappers() -> Iterator[None]:
 VERSUS = {"hooks": lambda: _readers_replaced(_nothing), "python-counters": _python_counters,
           "python-wrappers": _python_wrappers}
 #: The step A/B's fourth scheduler (``--fourth``), as its line names it.
-FOURTH = {"untimed": "without step timing", "python-wrappers": "on the Python wrappers"}
+FOURTH = {"untimed": "without step timing", "python-wrappers": "on the Python wrappers",
+          "bare": "its wrappers alone (no reader)", "no-profile": "without the reuse profile"}
+#: How each fourth scheduler is built, where not as kvobs is.
+FOURTH_CONTEXT: dict[str, Callable[[], Any]] = {
+    "python-wrappers": lambda: _python_wrappers(),
+    "bare": lambda: _readers_replaced(lambda name, reader: None),
+    "no-profile": lambda: _recorder_options(profile_reuse=False)}
+
+
+@contextlib.contextmanager
+def _recorder_options(**options: Any) -> Iterator[None]:
+    """While it lasts, instrumented schedulers' recorders take ``options`` too."""
+    saved = dict(RECORDER_OPTIONS)
+    RECORDER_OPTIONS.update(options)
+    try:
+        yield
+    finally:
+        RECORDER_OPTIONS.clear()
+        RECORDER_OPTIONS.update(saved)
 #: Each ``--versus``'s column head and what its scheduler is.
 THIRD = {"hooks": ("hooks", "kvobs with no-op readers"),
          "python-counters": ("py-cnt", "kvobs on its pure-Python event counters"),

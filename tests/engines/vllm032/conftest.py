@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,12 @@ def run_engine(mode: str, workdir: Path, **env: str) -> EngineRun:
             timeout=RUN_TIMEOUT_S, check=False)
     text = log.read_text(errors="replace")
     assert proc.returncode == 0, f"engine run ({mode}) failed:\n{text[-6000:]}"
-    return EngineRun(mode, json.loads(out.read_text()), text)
+    account = json.loads(out.read_text())
+    for stall in account.get("scrape_stalls", ()):  # answered at the second try
+        threads = "\n".join(f"--- {name}\n{stack}" for name, stack in stall["stacks"].items())
+        warnings.warn(f"engine run ({mode}): a scrape of {stall['url']} took over 10 s; "
+                      f"threads then:\n{threads}", stacklevel=1)
+    return EngineRun(mode, account, text)
 
 
 @pytest.fixture(scope="session")

@@ -30,8 +30,10 @@ import json
 import os
 import random
 import socket
+import sys
 import threading
 import time
+import traceback
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -178,12 +180,32 @@ def vllm_total(name: str) -> float:
                if sample == f"{name}_total")
 
 
+#: Scrapes that did not answer within a Prometheus scrape's default timeout (10 s): when,
+#: and every thread's stack at that moment (the run goes on with a second, longer try).
+SCRAPE_STALLS: list[dict[str, Any]] = []
+
+
 def scrape(url: str) -> list[list[Any]]:
-    """kvobs's ``/metrics`` as a Prometheus scrape reads it."""
+    """kvobs's ``/metrics`` as a Prometheus scrape reads it.
+
+    A scrape still unanswered after 10 s is noted in :data:`SCRAPE_STALLS` with every
+    thread's stack (what kept the server from answering) and tried once more with 60 s;
+    the conftest reports the stalls as warnings."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    except TimeoutError:
+        stacks = {f"{thread.name} ({thread.ident})": "".join(traceback.format_stack(frame))
+                  for thread in threading.enumerate()
+                  if (frame := sys._current_frames().get(thread.ident or -1)) is not None}
+        SCRAPE_STALLS.append({"url": url, "at": time.time(), "stacks": stacks})
+        print(f"kvobs scrape of {url} unanswered after 10 s; threads:", file=sys.stderr)
+        for name, stack in stacks.items():
+            print(f"--- {name}\n{stack}", file=sys.stderr)
+        with urllib.request.urlopen(url, timeout=60) as response:
+            text = response.read().decode()
     return [[s.name, dict(s.labels), s.value]
             for family in text_string_to_metric_families(text) for s in family.samples]
 
@@ -368,6 +390,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
     account["kv_events_overflow"] = event_log.overflow
     account["vllm"] = vllm_registry()
     account["kvobs"] = scrape(metrics_url) if enabled else []
+    account["scrape_stalls"] = SCRAPE_STALLS
     if mode == "multi" and enabled:
         account["kvobs_worker"] = scrape(f"http://127.0.0.1:{kvobs_port + 100}/metrics")
     else:
