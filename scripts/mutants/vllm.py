@@ -118,6 +118,10 @@ def mutants() -> list[m.Mutant]:
         *m.keyword("lookup.disk_hit", lookups, lookup, "disk_hit", "min(disk, left - host)"),
         # an answer's blocks written into the reuse profile when its request releases them
         *m.recorder_call("reuse.written(release)", lookups, "inst.rec.written(keys)", "keys"),
+        # ... or releases them a batch later (async scheduling: pop_blocks_for_free)
+        m.Mutant("reuse.written(deferred release):dropped", lookups,
+                 'Hook("pop_blocks_for_free", ("request",), "track", before=_release_before,',
+                 'Hook("pop_blocks_for_free", ("request",), "track", before=None,'),
         # offloading tiering: the disk tier and host <-> disk transfers, as vLLM's tiering
         # manager counts them (tests/engines/vllm033/test_vllm_tiering.py)
         *m.transfer("tiering.cascade", tiering,
@@ -179,8 +183,10 @@ def mutants() -> list[m.Mutant]:
                   "chunks", "size", indent="            "),
         # step timing: the measured prefill cost's samples
         *m.recorder_call("step.seconds", f"{ADAPTERS}/steps.py",
-                       "inst.rec.step(perf_counter() - at, prefill, decode)",
-                       "perf_counter() - at"),
+                       "inst.rec.step(now - at, prefill, decode)", "now - at"),
+        # async scheduling: a batch queued behind the one the model runs starts after it
+        m.Mutant("step.start(queued behind the last batch):dropped", f"{ADAPTERS}/steps.py",
+                 "            in_flight[key] = (now, prefill, decode)\n", "            pass\n"),
         # the verdict's saving: a lookup's hits at the prefill cost
         *m.lookup_saved(("host", "disk")),
     ]

@@ -102,9 +102,19 @@ def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineD
     assert snap.errors == {}
 
 
-def test_returning_conversations_equal_vllm_at_every_step(tmp_path: Path) -> None:
+#: vLLM's two ways of scheduling: one batch in flight (``Scheduler``), and async scheduling,
+#: a GPU engine's default (``AsyncScheduler``, two batches in flight; with the connector a
+#: finished request's frees wait for its last batch: ``pop_blocks_for_free``)
+SCHEDULING = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+
+
+@SCHEDULING
+def test_returning_conversations_equal_vllm_at_every_step(tmp_path: Path,
+                                                          async_scheduling: bool) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES,
-                                          kv_events=True), transfer_delay=3)
+                                          kv_events=True, async_scheduling=async_scheduling),
+                          transfer_delay=3)
+    assert driver.batch_queue_size == (2 if async_scheduling else 1)
     rec, inst, kit = instrumented(driver)
     if _hooks._HookCall is not None:  # the counts below come through the C wrappers
         pool = driver.scheduler.kv_cache_manager.block_pool
@@ -167,8 +177,15 @@ class Answers:
             handed.append(list(keys))
             written(keys)
 
+        #: calls of each release (``free``, or ``pop_blocks_for_free`` where vLLM
+        #: defers the blocks' return to the pool)
+        self.releases: dict[str, int] = {"free": 0, "pop_blocks_for_free": 0}
+
         def around(release: Any) -> Any:
+            name = release.__name__
+
             def call(request: Any) -> Any:
+                self.releases[name] += 1
                 held, calls = len(rec.written_pending), len(handed)
                 result = release(request)
                 keys = handed[-1] if len(handed) > calls else rec.written_pending[held:]
@@ -183,20 +200,27 @@ class Answers:
         manager.pop_blocks_for_free = around(manager.pop_blocks_for_free)
 
 
-def test_answers_go_to_the_reuse_profile_once_as_vllm_cached_them(tmp_path: Path) -> None:
+@SCHEDULING
+def test_answers_go_to_the_reuse_profile_once_as_vllm_cached_them(
+        tmp_path: Path, async_scheduling: bool) -> None:
     """The blocks vLLM cached beyond each prompt (its answer, written during decode), as
     its ``BlockStored`` events list them, reach the reuse profile as ``written`` exactly
-    once each, when the request releases its blocks (never doubled, none missing)."""
+    once each, when the request releases its blocks (never doubled, none missing),
+    whether vLLM frees them at once or a batch later (async scheduling)."""
     from collections import Counter
 
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES,
-                                          kv_events=True), transfer_delay=1)
+                                          kv_events=True, async_scheduling=async_scheduling),
+                          transfer_delay=1)
     rec, inst, kit = instrumented(driver)
     answers = Answers(driver, rec)
     rnd = random.Random(2)
     for i in range(16):  # answers of 1-4 blocks, three requests at a time
+        # every other one ends by a stop token (vLLM learns it from the batch's output:
+        # with async scheduling the request is in the next batch already, and vLLM
+        # defers its frees until that batch is processed)
         driver.add(f"answer{i}", [rnd.randrange(1000) for _ in range(rnd.randrange(20, 80))],
-                   max_tokens=rnd.randrange(16, 64))
+                   max_tokens=rnd.randrange(16, 64), stops=i % 2 == 1)
         while len(driver.scheduler.running) + len(driver.scheduler.waiting) >= 3:
             driver.step()
             kit.check(f"step {driver.steps}")
@@ -204,16 +228,23 @@ def test_answers_go_to_the_reuse_profile_once_as_vllm_cached_them(tmp_path: Path
         driver.step()
         kit.check(f"step {driver.steps}")
     assert driver.preempted_requests == 0
+    # every request released its blocks once: at once, or deferred a batch (its blocks
+    # popped from the manager now, returned to the pool when that batch is processed)
+    assert sum(answers.releases.values()) == 16
+    assert (answers.releases["pop_blocks_for_free"] > 0) == async_scheduling, answers.releases
     written = [key for keys in answers.writes for key in keys]
-    assert len(answers.stored) > 20 and Counter(written) == Counter(answers.stored)
+    assert len(answers.stored) >= 16 and Counter(written) == Counter(answers.stored)
     assert all(len(set(keys)) == len(keys) for keys in answers.writes)
     assert rec.snapshot().errors == {}
     inst.unwrap()
 
 
-def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path: Path) -> None:
+@SCHEDULING
+def test_preempted_requests_are_counted_as_vllm_counts_them(tmp_path: Path,
+                                                            async_scheduling: bool) -> None:
     driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=24, cpu_bytes=128 * CHUNK_BYTES,
-                                          kv_events=True), transfer_delay=1)
+                                          kv_events=True, async_scheduling=async_scheduling),
+                          transfer_delay=1)
     rec, _inst, kit = instrumented(driver)
     answers = Answers(driver, rec)
     cost = 2e-6
@@ -611,12 +642,15 @@ def test_lookups_carry_block_hashes_for_the_reuse_profile_and_the_trace(
     inst.unwrap()
 
 
-def test_step_times_give_the_measured_prefill_cost(tmp_path: Path) -> None:
+@SCHEDULING
+def test_step_times_give_the_measured_prefill_cost(tmp_path: Path,
+                                                   async_scheduling: bool) -> None:
     """A model whose step takes 0.5 ms + 20 us per prompt token (busy-waited between
     ``schedule()`` and ``update_from_output()``): kvobs measures the cost from the steps
     vLLM schedules and counts host hits as saved prefill at that cost."""
     cost, base = 20e-6, 5e-4
-    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES),
+    driver = EngineDriver(build_scheduler(tmp_path, gpu_blocks=40, cpu_bytes=256 * CHUNK_BYTES,
+                                          async_scheduling=async_scheduling),
                           transfer_delay=1,
                           model_seconds=lambda out: base + cost * driver.prefill_tokens(out))
     rec, inst, kit = instrumented(driver)

@@ -25,11 +25,12 @@ import functools
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -106,12 +107,16 @@ def capture_kv_events(scheduler: Scheduler, events: list[Any]) -> None:
     publisher.publish = capture
 
 
+#: The token the synthetic model runner samples (and the last one of a request that
+#: stops by itself: :meth:`EngineDriver.request`).
+SAMPLED_TOKEN, STOP_TOKEN = 7, 9
+
+
 def sampled_tokens(scheduler: Scheduler, out: Any, req_id: str) -> list[int]:
-    """What a model runner samples for ``req_id`` in the step of ``out``: one token once
-    its prompt is computed, nothing for a partial prefill."""
-    req = scheduler.requests[req_id]
-    done = req.num_computed_tokens + out.num_scheduled_tokens[req_id]
-    return [7] if done >= req.num_tokens else []
+    """What a model runner samples for ``req_id`` in the step of ``out``, called right after
+    the ``schedule()`` that made it: one token once its prompt is computed, nothing for a
+    partial prefill (vLLM's ``is_prefill_chunk``, which that call set)."""
+    return [] if scheduler.requests[req_id].is_prefill_chunk else [SAMPLED_TOKEN]
 
 
 def layer_specs(kind: str = "full", block_size: int = 16,
@@ -163,14 +168,16 @@ def build_vllm_config(tmp_path: Path, *, cpu_bytes: int | None, block_size: int 
                       max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
                       prefix_caching: bool = True,
                       max_model_len: int = MAX_MODEL_LEN, hybrid: bool = False,
-                      tensor_parallel_size: int = 1) -> VllmConfig:
+                      tensor_parallel_size: int = 1,
+                      async_scheduling: bool = False) -> VllmConfig:
     """The ``VllmConfig`` of a CPU scheduler; ``cpu_bytes`` None = no offloading."""
     model = ModelConfig(model=str(model_dir(tmp_path)), dtype="float16",
                         skip_tokenizer_init=True, max_model_len=max_model_len)
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
     scheduler = SchedulerConfig(max_num_seqs=max_num_seqs,
                                 max_num_batched_tokens=max_num_batched_tokens,
-                                max_model_len=max_model_len, is_encoder_decoder=False)
+                                max_model_len=max_model_len, is_encoder_decoder=False,
+                                async_scheduling=async_scheduling)
     transfer = None
     if cpu_bytes is not None:
         extra: dict[str, Any] = {"cpu_bytes_to_use": cpu_bytes}
@@ -214,7 +221,7 @@ def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | N
                     block_size: int = 16, blocks_per_chunk: int = 1, hybrid: bool = False,
                     kv_events: bool = True, max_num_seqs: int = 64,
                     max_num_batched_tokens: int = 2048,
-                    tensor_parallel_size: int = 1) -> Scheduler:
+                    tensor_parallel_size: int = 1, async_scheduling: bool = False) -> Scheduler:
     """A real vLLM 0.33 ``Scheduler`` on CPU, prefix caching and stats on.
 
     Args:
@@ -227,6 +234,10 @@ def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | N
             what vLLM publishes in :attr:`EngineDriver.kv_events`).
         tensor_parallel_size: TP workers the connector waits for per job (drive it with
             ``EngineDriver(workers=tensor_parallel_size)``).
+        async_scheduling: vLLM's async scheduling, on by default in a GPU engine (the
+            ``AsyncScheduler``, two batches in flight: :class:`EngineDriver` then drives it
+            as the engine core's batch queue does; with the connector, vLLM defers a
+            finished request's frees until its last batch is processed).
     """
     groups = 2 if hybrid else 1  # vLLM checks that one request of max_model_len fits
     max_model_len = min(MAX_MODEL_LEN, (gpu_blocks // groups - 1) * block_size)
@@ -235,12 +246,17 @@ def build_scheduler(tmp_path: Path, *, gpu_blocks: int = 200, cpu_bytes: int | N
                                     max_num_seqs=max_num_seqs,
                                     max_num_batched_tokens=max_num_batched_tokens,
                                     tensor_parallel_size=tensor_parallel_size, hybrid=hybrid,
-                                    max_model_len=max_model_len)
+                                    max_model_len=max_model_len,
+                                    async_scheduling=async_scheduling)
     specs = layer_specs("hybrid" if hybrid else "full", block_size)
     kv_cache_config = plan_kv_cache(vllm_config, specs, gpu_blocks)
     vllm_config.cache_config.num_gpu_blocks = gpu_blocks
-    return Scheduler(vllm_config, kv_cache_config, StructuredOutputManager(vllm_config),
-                     block_size=block_size, log_stats=True)
+    # the class vLLM's engine core builds for this config (AsyncScheduler with async
+    # scheduling)
+    scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()
+    assert issubclass(scheduler_cls, Scheduler), scheduler_cls
+    return scheduler_cls(vllm_config, kv_cache_config, StructuredOutputManager(vllm_config),
+                         block_size=block_size, log_stats=True)
 
 
 @dataclass
@@ -252,6 +268,21 @@ class StepRecord:
     stats: Any  # SchedulerStats (log_stats=True)
     store_jobs: list[int] = field(default_factory=list)
     load_jobs: list[int] = field(default_factory=list)
+
+
+class _Launched(NamedTuple):
+    """A batch scheduled and run by the (synthetic) workers, its output not yet processed."""
+
+    scheduler_output: Any
+    runner_output: ModelRunnerOutput
+    store_jobs: list[int]
+    load_jobs: list[int]
+    delivered: Callable[[], None]  # what the driver notes once vLLM has the output
+    ready_at: float  # perf_counter() when its forward pass is done (0: no model time)
+
+
+def _nothing() -> None:
+    pass
 
 
 class EngineDriver:
@@ -268,7 +299,9 @@ class EngineDriver:
         keep_history: keep every step's :class:`StepRecord` in ``history`` (benchmarks
             turn it off).
         model_seconds: how long the synthetic model runs for a ``SchedulerOutput``
-            (busy-waited between ``schedule()`` and ``update_from_output()``); None: no wait.
+            (busy-waited before its ``update_from_output()``; batches run one after
+            another, each from its ``schedule()`` or the previous one's end, whichever
+            comes later); None: no wait.
 
     Truth accumulated from vLLM itself: ``prefix_queries`` / ``prefix_hits`` (its
     ``PrefixCacheStats``), ``connector_queries`` / ``connector_hits`` (the connector's
@@ -298,6 +331,13 @@ class EngineDriver:
         self.block_size = scheduler.block_size
         self.hasher = get_request_block_hasher(self.block_size, sha256)
         self.steps = 0
+        #: batches in flight, as vLLM's engine core keeps them (``max_concurrent_batches``:
+        #: 2 with async scheduling); launched, not yet processed, newest first
+        self.batch_queue_size = scheduler.vllm_config.max_concurrent_batches
+        self._batch_queue: deque[_Launched] = deque()
+        #: requests that stop by themselves: output tokens left to sample
+        self._stops: dict[str, int] = {}
+        self._model_free_at = 0.0  # when the last batch's forward pass is done
         self.scheduler_seconds = 0.0  # inside schedule() + update_from_output() only
         self.scheduler_cpu_seconds = 0.0  # the same, CPU time of this thread
         # (due step, worker, job id, is_store, bytes, request id of an async load or None)
@@ -357,22 +397,31 @@ class EngineDriver:
             manager.reset_cache = reset_cache
 
     # -- requests -------------------------------------------------------------------------
-    def request(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4) -> Request:
-        """A request whose block hashes vLLM computes."""
-        return Request(request_id, list(tokens), SamplingParams(max_tokens=max_tokens,
-                                                                ignore_eos=True),
-                       None, block_hasher=self.hasher)
+    def request(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4,
+                stops: bool = False) -> Request:
+        """A request whose block hashes vLLM computes, ending at ``max_tokens`` output
+        tokens: at its length limit, which vLLM's scheduler sees coming, or (``stops``) by
+        sampling a stop token there, as a model that has answered, which vLLM learns only
+        from the batch's output (the driver samples :data:`STOP_TOKEN` as its last)."""
+        if stops:
+            self._stops[request_id] = max_tokens
+            params = SamplingParams(max_tokens=max_tokens + 16, stop_token_ids=[STOP_TOKEN])
+        else:
+            params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        return Request(request_id, list(tokens), params, None, block_hasher=self.hasher)
 
-    def add(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4) -> Request:
-        """Add a request to the scheduler (``add_request``)."""
-        req = self.request(request_id, tokens, max_tokens)
+    def add(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4,
+            stops: bool = False) -> Request:
+        """Add a request to the scheduler (``add_request``); see :meth:`request`."""
+        req = self.request(request_id, tokens, max_tokens, stops)
         self.scheduler.add_request(req)
         return req
 
     @property
     def busy(self) -> bool:
         """Requests left, or transfers the worker has not reported yet."""
-        return bool(self.scheduler.has_requests() or self.due or self._connector_busy())
+        return bool(self.scheduler.has_requests() or self.due or self._batch_queue
+                    or self._connector_busy())
 
     def _connector_busy(self) -> bool:
         side = self.connector_scheduler
@@ -398,16 +447,43 @@ class EngineDriver:
 
     # -- one step -------------------------------------------------------------------------
     def step(self) -> StepRecord:
-        """``schedule()``, a synthesized model-runner output, ``update_from_output()``."""
+        """One engine step, ending with one ``update_from_output()``.
+
+        With one batch in flight (vLLM's ``Scheduler``): ``schedule()``, a synthesized
+        model-runner output, ``update_from_output()``. With a batch queue (vLLM's
+        ``AsyncScheduler``, :attr:`batch_queue_size` batches in flight) as the engine
+        core's ``step_with_batch_queue`` does: each call schedules the next batch while
+        there is room and work, and processes the oldest batch's output once the queue is
+        full (or nothing more can be scheduled); this method makes those calls until one
+        output is processed. The output of a batch is what the worker made of it, so it is
+        synthesized right after its ``schedule()`` (its sampled tokens and the transfer
+        jobs the workers report with it) and handed over when the batch is processed.
+        """
+        queue = self._batch_queue
+        if self.batch_queue_size <= 1:
+            return self._process(self._launch())
+        while True:
+            if self.scheduler.has_requests() or not queue:  # no work: an idle step
+                launched = self._launch()
+                queue.appendleft(launched)
+                executed = launched.scheduler_output.total_num_scheduled_tokens > 0
+                if len(queue) < self.batch_queue_size and (
+                        executed or self.scheduler.has_requests()):
+                    continue
+            return self._process(queue.pop())
+
+    def _launch(self) -> _Launched:
+        """``schedule()``; the batch's model-runner output as the workers make it, and
+        the store / load jobs its connector metadata started."""
         started, cpu = time.perf_counter(), time.thread_time()
         out = self.scheduler.schedule()
         self.scheduler_seconds += time.perf_counter() - started
         self.scheduler_cpu_seconds += time.thread_time() - cpu
         self.observe_block_tables()
-        if self.model_seconds is not None:  # the forward pass, as a busy wait
-            deadline = time.perf_counter() + self.model_seconds(out)
-            while time.perf_counter() < deadline:
-                pass
+        ready_at = 0.0
+        if self.model_seconds is not None:  # the forward pass: batches run one at a time
+            ready_at = max(time.perf_counter(), self._model_free_at) + self.model_seconds(out)
+            self._model_free_at = ready_at
         meta = out.kv_connector_metadata
         stores = list(getattr(meta, "store_jobs", {}) or {})
         loads = list(getattr(meta, "load_jobs", {}) or {})
@@ -417,18 +493,39 @@ class EngineDriver:
             job = meta.load_jobs[job_id]
             # A sync load completes before this step's forward pass; an async one later.
             self._submit(job_id, False, job, 0 if job.sync else self.transfer_delay)
-        connector_output = None
+        connector_output, delivered = None, _nothing
         if self.connector_scheduler is not None:
-            worker_meta, loaded = self._worker_meta()
+            worker_meta, loaded, delivered = self._worker_meta()
             connector_output = KVConnectorOutput(finished_recving=loaded or None,
                                                  kv_connector_worker_meta=worker_meta)
         ids = list(out.num_scheduled_tokens)
         runner_output = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[sampled_tokens(self.scheduler, out, r) for r in ids],
+            sampled_token_ids=[self._sample(out, r) for r in ids],
             kv_connector_output=connector_output)
+        return _Launched(out, runner_output, stores, loads, delivered, ready_at)
+
+    def _sample(self, out: Any, req_id: str) -> list[int]:
+        """The tokens the model samples for ``req_id`` in the batch of ``out``; a request
+        that stops by itself samples :data:`STOP_TOKEN` as its last."""
+        tokens = sampled_tokens(self.scheduler, out, req_id)
+        left = self._stops.get(req_id)
+        if tokens and left is not None:
+            if left > 1:
+                self._stops[req_id] = left - 1
+            else:
+                del self._stops[req_id]
+                tokens = [STOP_TOKEN]
+        return tokens
+
+    def _process(self, launched: _Launched) -> StepRecord:
+        """``update_from_output()`` of a launched batch, and what the step did."""
+        out, runner_output, stores, loads, delivered, ready_at = launched
+        while time.perf_counter() < ready_at:  # its forward pass, as a busy wait
+            pass
         started, cpu = time.perf_counter(), time.thread_time()
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
+        delivered()
         self.scheduler_seconds += time.perf_counter() - started
         self.scheduler_cpu_seconds += time.thread_time() - cpu
         stats = self._read_stats(engine_outputs)
@@ -520,19 +617,19 @@ class EngineDriver:
             self.due.append((self.steps + delay + worker * self.worker_lag, worker, job_id,
                              is_store, share, req))
 
-    def _worker_meta(self) -> tuple[OffloadingWorkerMetadata | None, set[str]]:
-        """What the workers report this step, aggregated as the engine core does, and
-        the requests whose async loads every worker finished (``finished_recving``).
+    def _worker_meta(self) -> tuple[OffloadingWorkerMetadata | None, set[str],
+                                    Callable[[], None]]:
+        """What the workers report this step, aggregated as the engine core does, the
+        requests whose async loads every worker finished (``finished_recving``), and what
+        to note once vLLM has received the reports (with its batch's output: jobs done,
+        bytes reported).
         A worker with no job completed reports no metadata (vLLM's
         ``build_connector_worker_meta`` returns None), so a step where no worker completed
         one carries none."""
         ready = [d for d in self.due if d[0] <= self.steps]
         self.due = [d for d in self.due if d[0] > self.steps]
         pending = {d[2] for d in self.due}
-        for job_id in {d[2] for d in ready} - pending:  # every worker has reported it
-            job = self.in_flight.pop(job_id, None)
-            if job is not None:
-                self.jobs_reported[job[0]] += 1
+        reported = {d[2] for d in ready} - pending  # jobs every worker has now reported
         merged = OffloadingWorkerMetadata()
         for worker in range(self.workers):
             stats = TransferStats()
@@ -543,15 +640,23 @@ class EngineDriver:
                 side = stats.store if is_store else stats.load
                 side.record(share, share * self.seconds_per_byte)
                 completed[job_id] = 1
-                if is_store:
-                    self.reported_store_bytes += share
-                else:
-                    self.reported_load_bytes += share
             meta = OffloadingWorkerMetadata(completed_jobs=completed, transfer_stats=stats)
             merged = cast(OffloadingWorkerMetadata, merged.aggregate(meta))
         still_loading = {d[5] for d in self.due}
         loaded = {d[5] for d in ready if d[5] is not None and d[5] not in still_loading}
-        return (merged if ready else None), loaded
+
+        def delivered() -> None:  # vLLM got the reports: the jobs are done as it sees them
+            for _, _, _, is_store, share, _ in ready:
+                if is_store:
+                    self.reported_store_bytes += share
+                else:
+                    self.reported_load_bytes += share
+            for job_id in reported:
+                job = self.in_flight.pop(job_id, None)
+                if job is not None:
+                    self.jobs_reported[job[0]] += 1
+
+        return (merged if ready else None), loaded, delivered
 
     def _read_stats(self, engine_outputs: Any) -> Any:
         stats = None
