@@ -109,12 +109,15 @@ class Workload:
 
 #: Extra ``Recorder`` options of every instrumented scheduler (``--no-profile``).
 RECORDER_OPTIONS: dict[str, Any] = {}
+#: Extra ``build_scheduler`` options of every scheduler (``--async-scheduling``).
+SCHEDULER_OPTIONS: dict[str, Any] = {}
 
 
 def build(tmp: Path, name: str, running: int, instrumented: bool,
           steps: bool = True) -> tuple[Workload, Any]:
     scheduler = build_scheduler(tmp / name, gpu_blocks=4096, cpu_bytes=8192 * CHUNK_BYTES,
-                                max_num_seqs=running + 16, max_num_batched_tokens=8192)
+                                max_num_seqs=running + 16, max_num_batched_tokens=8192,
+                                **SCHEDULER_OPTIONS)
     rec = None
     if instrumented:
         rec = Recorder(engine="vllm", model="bench", **RECORDER_OPTIONS)
@@ -563,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true",
                         help="instrument without the reuse profile (Recorder(profile_reuse="
                              "False)): what the what-if's profile costs")
+    parser.add_argument("--async-scheduling", action="store_true",
+                        help="vLLM's async scheduling (a GPU engine's default): the "
+                             "AsyncScheduler, two batches in flight")
     parser.add_argument("--bytecodes", action="store_true",
                         help="count kvobs's Python bytecodes and calls per step instead, "
                              "per function (deterministic; --rounds x --steps steps)")
@@ -570,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.no_profile:
         RECORDER_OPTIONS["profile_reuse"] = False
+    if args.async_scheduling:
+        SCHEDULER_OPTIONS["async_scheduling"] = True
     if args.bytecodes:
         counted = bytecode_counts(args.running, args.rounds * args.steps, args.warmup)
         _print_rows(counted, args.json, ("function", "calls_per_step", "bytecodes_per_step"),
