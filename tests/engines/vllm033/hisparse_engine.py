@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -112,10 +113,11 @@ def page_bytes() -> int:
 
 def build_hisparse_config(tmp_path: Path, *, host_blocks: int, max_model_len: int = 1024,
                           max_num_seqs: int = 16, max_num_batched_tokens: int = 2048,
-                          tensor_parallel_size: int = 1, eager_host_mirror: bool = True
-                          ) -> VllmConfig:
+                          tensor_parallel_size: int = 1, eager_host_mirror: bool = True,
+                          async_scheduling: bool = False) -> VllmConfig:
     """The ``VllmConfig`` of a HiSparse engine whose host pool holds ``host_blocks``
-    pages (``host_pool_gib`` = that many pages' bytes, as a user sizes it)."""
+    pages (``host_pool_gib`` = that many pages' bytes, as a user sizes it);
+    ``async_scheduling``: vLLM's ``AsyncScheduler`` (a GPU engine's default)."""
     directory = model_dir(tmp_path, MODEL_CONFIG, "hisparse-model")
     model = ModelConfig(model=str(directory), dtype="bfloat16", skip_tokenizer_init=True,
                         max_model_len=max_model_len)
@@ -125,7 +127,8 @@ def build_hisparse_config(tmp_path: Path, *, host_blocks: int, max_model_len: in
         scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs,
                                          max_num_batched_tokens=max_num_batched_tokens,
                                          max_model_len=max_model_len,
-                                         is_encoder_decoder=False),
+                                         is_encoder_decoder=False,
+                                         async_scheduling=async_scheduling),
         device_config=DeviceConfig(device="cpu"),
         parallel_config=ParallelConfig(tensor_parallel_size=tensor_parallel_size),
         kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"))
@@ -155,8 +158,10 @@ def build_hisparse_scheduler(tmp_path: Path, *, gpu_blocks: int = 150, host_bloc
         raise AssertionError(f"vLLM sized the host pool at "
                              f"{kv_cache_config.hisparse_host_num_blocks}, wanted {host_blocks}")
     vllm_config.cache_config.num_gpu_blocks = kv_cache_config.num_blocks
-    return Scheduler(vllm_config, kv_cache_config, StructuredOutputManager(vllm_config),
-                     block_size=BLOCK, log_stats=True)
+    scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()  # as the engine core
+    assert issubclass(scheduler_cls, Scheduler), scheduler_cls
+    return scheduler_cls(vllm_config, kv_cache_config, StructuredOutputManager(vllm_config),
+                         block_size=BLOCK, log_stats=True)
 
 
 @dataclass
@@ -205,6 +210,10 @@ class HiSparseDriver:
         self.copies_due: list[int] = []
         self.kv_events: list[Any] = []
         capture_kv_events(scheduler, self.kv_events)
+        #: batches in flight as vLLM's engine core keeps them (2 with async scheduling);
+        #: launched, not yet processed, newest first
+        self.batch_queue_size = scheduler.vllm_config.max_concurrent_batches
+        self._batch_queue: deque[tuple[Any, ModelRunnerOutput, Callable[[], None]]] = deque()
 
     # -- vLLM objects ---------------------------------------------------------------------
     @property
@@ -220,7 +229,7 @@ class HiSparseDriver:
     @property
     def busy(self) -> bool:
         return bool(self.scheduler.has_requests() or self.due or self.copies_due
-                    or self.coordinator.has_pending_work())
+                    or self._batch_queue or self.coordinator.has_pending_work())
 
     # -- requests -------------------------------------------------------------------------
     def add(self, request_id: str, tokens: Sequence[int], max_tokens: int = 4) -> Request:
@@ -233,8 +242,26 @@ class HiSparseDriver:
 
     # -- one step -------------------------------------------------------------------------
     def step(self) -> Any:
-        """``schedule()``, the workers' reply, ``update_from_output()``; returns vLLM's
-        scheduler stats of the step."""
+        """One engine step, ending with one ``update_from_output()``; returns vLLM's
+        scheduler stats of it. With one batch in flight: ``schedule()``, the workers'
+        reply, ``update_from_output()``; with async scheduling, as the engine core's batch
+        queue (see :meth:`tests.engines.vllm033.vllm_engine.EngineDriver.step`)."""
+        queue = self._batch_queue
+        if self.batch_queue_size <= 1:
+            return self._process(*self._launch())
+        while True:
+            if self.scheduler.has_requests() or not queue:  # no work: an idle step
+                launched = self._launch()
+                queue.appendleft(launched)
+                if len(queue) < self.batch_queue_size and (
+                        launched[0].total_num_scheduled_tokens > 0
+                        or self.scheduler.has_requests()):
+                    continue
+            return self._process(*queue.pop())
+
+    def _launch(self) -> tuple[Any, ModelRunnerOutput, Callable[[], None]]:
+        """``schedule()``, and the workers' reply to the batch (synthesized now, handed
+        over when the batch is processed) with what to note once vLLM has it."""
         out = self.scheduler.schedule()
         self._read_residency(out)
         meta = out.kv_connector_metadata
@@ -245,11 +272,17 @@ class HiSparseDriver:
         self.copies_due.extend(copy.dst_block_id for copy in
                                getattr(meta, "host_block_copies", ()) or ())
         ids = list(out.num_scheduled_tokens)
+        connector_output, delivered = self._worker_output(out)
         runner_output = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=[sampled_tokens(self.scheduler, out, r) for r in ids],
-            kv_connector_output=self._worker_output(out))
+            kv_connector_output=connector_output)
+        return out, runner_output, delivered
+
+    def _process(self, out: Any, runner_output: ModelRunnerOutput,
+                 delivered: Callable[[], None]) -> Any:
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
+        delivered()
         self.steps += 1
         return self._read_stats(engine_outputs)
 
@@ -275,7 +308,7 @@ class HiSparseDriver:
             self.truth.host_served_hits += host * BLOCK
             self.truth.gpu_served_hits += (pages - host) * BLOCK
 
-    def _worker_output(self, out: Any) -> KVConnectorOutput:
+    def _worker_output(self, out: Any) -> tuple[KVConnectorOutput, Callable[[], None]]:
         ready = [d for d in self.due if d[0] <= self.steps]
         self.due = [d for d in self.due if d[0] > self.steps]
         copies, self.copies_due = tuple(self.copies_due), []
@@ -286,11 +319,13 @@ class HiSparseDriver:
                 completed_transfer_counts={tid: 1 for _, tid, _ in ready},
                 completed_host_copy_dst_ids=copies)
             merged = meta if merged is None else merged.aggregate(meta)
-        for _, _, restore in ready:
-            if restore:
-                self.truth.restores += 1
-            else:
-                self.truth.writebacks += 1
+        def delivered() -> None:  # vLLM has the reports: the transfers are done
+            for _, _, restore in ready:
+                if restore:
+                    self.truth.restores += 1
+                else:
+                    self.truth.writebacks += 1
+
         stats = HiSparseKVConnectorStats()
         decoding = [r for r in out.num_scheduled_tokens
                     if self.scheduler.requests[r].num_computed_tokens
@@ -301,7 +336,7 @@ class HiSparseDriver:
         nothing = not ready and not copies
         return KVConnectorOutput(
             kv_connector_worker_meta=None if nothing else merged,
-            kv_connector_stats=None if stats.is_empty() else stats)
+            kv_connector_stats=None if stats.is_empty() else stats), delivered
 
     def _read_stats(self, engine_outputs: Any) -> Any:
         stats = None

@@ -86,9 +86,17 @@ def test_a_large_host_pool_leaves_the_gpu_bounding_as_vllm_says(tmp_path):
     assert plan.max_concurrency == pytest.approx(concurrency * 59 / 60)  # null block
 
 
-def test_host_pool_fills_requests_wait_and_every_step_equals_vllm(tmp_path):
-    scheduler, rec, _ = instrumented(tmp_path, gpu_blocks=150, host_blocks=29)
+#: vLLM's two ways of scheduling: one batch in flight, and async scheduling (a GPU
+#: engine's default: the ``AsyncScheduler``, two batches in flight)
+SCHEDULING = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+
+
+@SCHEDULING
+def test_host_pool_fills_requests_wait_and_every_step_equals_vllm(tmp_path, async_scheduling):
+    scheduler, rec, _ = instrumented(tmp_path, gpu_blocks=150, host_blocks=29,
+                                     async_scheduling=async_scheduling)
     driver = HiSparseDriver(scheduler, transfer_delay=1)
+    assert driver.batch_queue_size == (2 if async_scheduling else 1)
     chats(driver)
     host_was_full = False
     while driver.busy and driver.steps < 300:
@@ -122,12 +130,14 @@ def test_host_pool_fills_requests_wait_and_every_step_equals_vllm(tmp_path):
     assert truth.pending_transfers == 0 and not snap.errors
 
 
-def test_prefix_hits_split_as_vllm_reads_them(tmp_path):
+@SCHEDULING
+def test_prefix_hits_split_as_vllm_reads_them(tmp_path, async_scheduling):
     """A small GPU pool reuses the GPU copies of published pages while the host pool keeps
     them: vLLM reads those hit pages from the host (null in the resident row after its
     ``schedule()``) and the others from their GPU copies; kvobs's host / GPU hits are
     those tokens, and their sum is vLLM's PrefixCacheStats hits."""
-    scheduler, rec, _ = instrumented(tmp_path, gpu_blocks=60, host_blocks=120)
+    scheduler, rec, _ = instrumented(tmp_path, gpu_blocks=60, host_blocks=120,
+                                     async_scheduling=async_scheduling)
     driver = HiSparseDriver(scheduler)
     rng = random.Random(0)
     systems = [[1000 * k + i for i in range(6 * BLOCK)] for k in range(4)]
