@@ -72,7 +72,12 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 # vllm_engine also sets vLLM's block-hash seed (init_none_hash) the drivers' hashers need
-from tests.engines.vllm033.vllm_engine import capture_kv_events, model_dir, sampled_tokens
+from tests.engines.vllm033.vllm_engine import (
+    capture_kv_events,
+    model_dir,
+    sampled_tokens,
+    step_with_batch_queue,
+)
 
 LAYERS = 2
 BLOCK = 64  # tokens per page (FlashMLA-sparse's block size)
@@ -245,19 +250,9 @@ class HiSparseDriver:
         """One engine step, ending with one ``update_from_output()``; returns vLLM's
         scheduler stats of it. With one batch in flight: ``schedule()``, the workers'
         reply, ``update_from_output()``; with async scheduling, as the engine core's batch
-        queue (see :meth:`tests.engines.vllm033.vllm_engine.EngineDriver.step`)."""
-        queue = self._batch_queue
-        if self.batch_queue_size <= 1:
-            return self._process(*self._launch())
-        while True:
-            if self.scheduler.has_requests() or not queue:  # no work: an idle step
-                launched = self._launch()
-                queue.appendleft(launched)
-                if len(queue) < self.batch_queue_size and (
-                        launched[0].total_num_scheduled_tokens > 0
-                        or self.scheduler.has_requests()):
-                    continue
-            return self._process(*queue.pop())
+        queue (:func:`~tests.engines.vllm033.vllm_engine.step_with_batch_queue`)."""
+        return step_with_batch_queue(self.scheduler, self._batch_queue, self.batch_queue_size,
+                                     self._launch, lambda launched: self._process(*launched))
 
     def _launch(self) -> tuple[Any, ModelRunnerOutput, Callable[[], None]]:
         """``schedule()``, and the workers' reply to the batch (synthesized now, handed

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -270,6 +270,34 @@ class StepRecord:
     load_jobs: list[int] = field(default_factory=list)
 
 
+L = TypeVar("L", bound=tuple[Any, ...])
+R = TypeVar("R")
+
+
+def step_with_batch_queue(scheduler: Scheduler, queue: deque[L], size: int,
+                          launch: Callable[[], L], process: Callable[[L], R]) -> R:
+    """One engine step, ending with one processed batch, as vLLM's engine core makes it.
+
+    With one batch in flight (``size`` 1): ``launch()`` (``schedule()`` and the model's
+    work on its output) then ``process()`` (``update_from_output()``). With a batch queue
+    of ``size`` (async scheduling), as ``EngineCore.step_with_batch_queue`` does: the next
+    batch is launched while there is room and work (a launch's first item is its
+    ``SchedulerOutput``), and the oldest one is processed once the queue is full or
+    nothing more can be scheduled; calls are made until one batch is processed. With no
+    work and nothing in flight a batch is launched and processed anyway (an idle step:
+    the test beds step an idle engine to deliver the workers' last reports)."""
+    if size <= 1:
+        return process(launch())
+    while True:
+        if scheduler.has_requests() or not queue:
+            launched = launch()
+            queue.appendleft(launched)
+            executed = launched[0].total_num_scheduled_tokens > 0
+            if len(queue) < size and (executed or scheduler.has_requests()):
+                continue
+        return process(queue.pop())
+
+
 class _Launched(NamedTuple):
     """A batch scheduled and run by the (synthetic) workers, its output not yet processed."""
 
@@ -449,28 +477,15 @@ class EngineDriver:
     def step(self) -> StepRecord:
         """One engine step, ending with one ``update_from_output()``.
 
-        With one batch in flight (vLLM's ``Scheduler``): ``schedule()``, a synthesized
-        model-runner output, ``update_from_output()``. With a batch queue (vLLM's
-        ``AsyncScheduler``, :attr:`batch_queue_size` batches in flight) as the engine
-        core's ``step_with_batch_queue`` does: each call schedules the next batch while
-        there is room and work, and processes the oldest batch's output once the queue is
-        full (or nothing more can be scheduled); this method makes those calls until one
-        output is processed. The output of a batch is what the worker made of it, so it is
-        synthesized right after its ``schedule()`` (its sampled tokens and the transfer
-        jobs the workers report with it) and handed over when the batch is processed.
+        ``schedule()``, a synthesized model-runner output, ``update_from_output()``; with
+        vLLM's ``AsyncScheduler`` (:attr:`batch_queue_size` batches in flight) as the
+        engine core's batch queue makes them (:func:`step_with_batch_queue`). The output
+        of a batch is what the workers made of it, so it is synthesized right after its
+        ``schedule()`` (its sampled tokens and the transfer jobs the workers report with
+        it) and handed over when the batch is processed.
         """
-        queue = self._batch_queue
-        if self.batch_queue_size <= 1:
-            return self._process(self._launch())
-        while True:
-            if self.scheduler.has_requests() or not queue:  # no work: an idle step
-                launched = self._launch()
-                queue.appendleft(launched)
-                executed = launched.scheduler_output.total_num_scheduled_tokens > 0
-                if len(queue) < self.batch_queue_size and (
-                        executed or self.scheduler.has_requests()):
-                    continue
-            return self._process(queue.pop())
+        return step_with_batch_queue(self.scheduler, self._batch_queue, self.batch_queue_size,
+                                     self._launch, self._process)
 
     def _launch(self) -> _Launched:
         """``schedule()``; the batch's model-runner output as the workers make it, and
