@@ -134,6 +134,12 @@ def install_stand_ins(monkeypatch: Any) -> None:
                         raising=False)
 
 
+def _sampled(req: Req) -> int:
+    """The token the stand-in model samples for ``req`` next (a function of its length,
+    so a batch launched before the last one's results knows it)."""
+    return 1 + (len(req.origin_input_ids) + len(req.output_ids)) % 97
+
+
 class _ModelConfig:
     """What ``ScheduleBatch`` reads of the model config (a text-only decoder)."""
 
@@ -155,6 +161,9 @@ class Engine:
     context: int = 512
     chunk: int | None = None      # --chunked-prefill-size (None: prompts whole)
     kv_events: bool = False       # --kv-events-config: the tree records BlockStored / Removed
+    #: SGLang's overlap scheduler (``event_loop_overlap``, its default on a GPU; off:
+    #: ``--disable-overlap-schedule``, ``event_loop_normal``): see :meth:`step`
+    overlap: bool = False
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -201,6 +210,9 @@ class Engine:
         self.intact_tokens = 0         # prefix tokens whose KV bytes were checked
         self.prefill_batches = 0
         self._next = 0
+        #: overlap: the batch launched last step, its results not processed yet: the
+        #: batch, its copy in ``result_queue`` and whether it was a prefill
+        self._launched: tuple[ScheduleBatch, ScheduleBatch, bool] | None = None
 
     # -- requests -----------------------------------------------------------------
     def submit(self, prompt: Sequence[int], max_new_tokens: int = 4) -> Req:
@@ -215,7 +227,22 @@ class Engine:
 
     # -- one scheduler iteration ----------------------------------------------------
     def step(self) -> str:
-        """One iteration; returns ``"prefill"``, ``"decode"`` or ``"idle"``."""
+        """One iteration; returns ``"prefill"``, ``"decode"`` or ``"idle"`` (what it
+        launched).
+
+        Without overlap a batch's results are processed in the iteration that ran it.
+        With overlap, as ``event_loop_overlap``: the last iteration's batch is merged into
+        the running batch before its results are known (``get_next_batch_to_run``), the
+        next batch is launched (a decode batch leaves out the requests the last batch's
+        result finishes by length, ``_reqs_finishing_inflight``), and only then are the
+        last batch's results processed (a request that finished otherwise, which ran one
+        batch more, is skipped in that batch's results, and ``release_kv_cache`` frees the
+        slot it took). A
+        decode batch's KV rows are written when its results are processed: the token
+        they hold is the one the batch before sampled.
+        """
+        if self.overlap:
+            return self._step_overlap()
         self.tree.check_hicache_events()
         if self.chunked is not None and self.chunked.extend_end > self.chunked.prefix_len:
             checkpoint_kv_cache(self.chunked, self.tree)     # stash_chunked_request
@@ -239,6 +266,43 @@ class Engine:
         self._process(running, prefill=False)
         running.filter_batch()
         return "decode"
+
+    def _step_overlap(self) -> str:
+        self.tree.check_hicache_events()
+        if self.chunked is not None and self.chunked.extend_end > self.chunked.prefix_len:
+            checkpoint_kv_cache(self.chunked, self.tree)     # stash_chunked_request
+        launched = self._launched
+        if launched is not None and launched[2]:             # merge the last prefill batch
+            last = launched[0]
+            last.filter_batch(reqs_to_exclude=self.chunked)
+            if not last.is_empty():
+                if self.running is None or self.running.is_empty():
+                    self.running = last
+                else:
+                    self.running.merge_batch(last)
+        kind, batch = "idle", self._prefill_batch()
+        if batch is not None:
+            extends = zip(batch.reqs, batch.prefix_lens, strict=True)
+            self._write_kv(batch, [r.get_fill_ids()[n:] for r, n in extends])
+            kind = "prefill"
+        elif self.running is not None:                     # update_running_batch:
+            # requests the last batch's result finishes by length stay out of this one
+            # (_reqs_finishing_inflight); their release comes with that result
+            queued = set(launched[1].reqs) if launched is not None else set()
+            self.running.filter_batch(reqs_to_exclude=[
+                r for r in self.running.reqs
+                if r in queued and r.next_output_finishes_by_length()])
+            if not self.running.is_empty():
+                self.running.prepare_for_decode()
+                batch, kind = self.running, "decode"
+                # its input: the token the last batch samples (SGLang's future map)
+                self._write_kv(batch, [[_sampled(r)] for r in batch.reqs])
+        # the result queue holds a copy; a prefill batch itself is merged next iteration
+        self._launched = None if batch is None else (batch, batch.copy(), kind == "prefill")
+        if launched is not None:                             # the last batch's results
+            _, last, prefill = launched
+            self._process(last, prefill=prefill)
+        return kind
 
     def run(self, max_steps: int = 1000) -> int:
         """Step until no request waits or runs; returns the steps taken."""
@@ -309,7 +373,9 @@ class Engine:
             if prefill and req.inflight_middle_chunks > 0:
                 req.inflight_middle_chunks -= 1
                 continue
-            req.output_ids.append(1 + (len(req.origin_input_ids) + len(req.output_ids)) % 97)
+            if req.finished():  # overlap: it finished in the batch before, ran one more
+                continue
+            req.output_ids.append(_sampled(req))
             req.update_finish_state()
             if req.finished():
                 release_kv_cache(req, self.tree, checkpoint=True)

@@ -106,11 +106,16 @@ def host_hit_workload(engine: Engine, kit: Conformance) -> None:
 
 
 POLICIES = ("write_through", "write_back")
+#: SGLang's two scheduler loops: ``event_loop_normal`` and the overlap loop (its default on
+#: a GPU: a batch's results processed after the next batch is launched)
+LOOPS = pytest.mark.parametrize("overlap", [False, True], ids=["normal", "overlap"])
 
 
+@LOOPS
 @pytest.mark.parametrize("policy", POLICIES)
-def test_one_lookup_per_admitted_request_with_sglangs_cached_tokens(stand_ins, policy):
-    engine = Engine(write_policy=policy, tokens=256, host_ratio=4.0)
+def test_one_lookup_per_admitted_request_with_sglangs_cached_tokens(stand_ins, policy,
+                                                                      overlap):
+    engine = Engine(write_policy=policy, tokens=256, host_ratio=4.0, overlap=overlap)
     rec, kit = instrumented(engine)
     cost = 3e-5                               # a configured prefill cost, s/token
     rec.prefill_cost.set(cost)
@@ -132,9 +137,10 @@ def test_one_lookup_per_admitted_request_with_sglangs_cached_tokens(stand_ins, p
         "the loaded-back KV bytes are the prompt's"
 
 
+@LOOPS
 @pytest.mark.parametrize("policy", POLICIES)
-def test_evictions_backups_and_load_backs_equal_sglangs_counters(stand_ins, policy):
-    engine = Engine(write_policy=policy, tokens=256, host_ratio=4.0)
+def test_evictions_backups_and_load_backs_equal_sglangs_counters(stand_ins, policy, overlap):
+    engine = Engine(write_policy=policy, tokens=256, host_ratio=4.0, overlap=overlap)
     rec, kit = instrumented(engine)
     host_hit_workload(engine, kit)
     snap = Conformance(rec, truth=engine.truth).check("drained: stores = transfers")
@@ -158,8 +164,10 @@ def test_evictions_backups_and_load_backs_equal_sglangs_counters(stand_ins, poli
     assert 0 < snap.thrash.offloaded_reused <= snap.thrash.onloads_in_window
 
 
-def test_chunked_prefill_counts_each_request_once(stand_ins):
-    engine = Engine(tokens=256, host_ratio=4.0, chunk=32)     # 60-68 token prompts: 2-3 chunks
+@LOOPS
+def test_chunked_prefill_counts_each_request_once(stand_ins, overlap):
+    # 60-68 token prompts: 2-3 chunks
+    engine = Engine(tokens=256, host_ratio=4.0, chunk=32, overlap=overlap)
     rec, kit = instrumented(engine)
     host_hit_workload(engine, kit)
     snap = Conformance(rec, truth=engine.truth).check("drained")

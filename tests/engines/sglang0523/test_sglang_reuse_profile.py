@@ -74,12 +74,12 @@ class Chat:
         return profile.hit_ratio(self.host_pages) * per_token
 
 
-def chat(seed: int, *, report_written: bool = True) -> Chat:
+def chat(seed: int, *, report_written: bool = True, overlap: bool = False) -> Chat:
     """``REQUESTS`` turns of 12 conversations, one at a time; a turn picks its chat with
     Zipf popularity and its prompt is the chat's history (a 40-token system prompt,
     every user turn and every answer so far) plus a new user turn."""
     engine = Engine(tokens=DEVICE_TOKENS, page=PAGE, host_ratio=2.0, context=1024,
-                    max_reqs=4, kv_events=True)
+                    max_reqs=4, kv_events=True, overlap=overlap)
     rec = Recorder(engine="sglang")
     host_pages = int(engine.host_pool.size) // PAGE
     rec.add_tier("gpu", DEVICE_TOKENS // PAGE, PAGE, 0)
@@ -109,13 +109,14 @@ def chat(seed: int, *, report_written: bool = True) -> Chat:
     return Chat(engine, rec, held, written, list(engine.finished))
 
 
-@pytest.fixture(scope="module")
-def run() -> Iterator[Chat]:
-    """One seed-1 chat, shared by the module (the stand-ins for its lifetime)."""
+@pytest.fixture(scope="module", params=[False, True], ids=["normal", "overlap"])
+def run(request: pytest.FixtureRequest) -> Iterator[Chat]:
+    """One seed-1 chat per scheduler loop (SGLang's normal one and its overlap loop),
+    shared by the module (the stand-ins for its lifetime)."""
     patch = pytest.MonkeyPatch()
     install_stand_ins(patch)
     try:
-        yield chat(seed=1)
+        yield chat(seed=1, overlap=request.param)
     finally:
         patch.undo()
 
