@@ -215,10 +215,19 @@ class Engine:
         self._launched: tuple[ScheduleBatch, ScheduleBatch, bool] | None = None
 
     # -- requests -----------------------------------------------------------------
-    def submit(self, prompt: Sequence[int], max_new_tokens: int = 4) -> Req:
+    def submit(self, prompt: Sequence[int], max_new_tokens: int = 4,
+               stops: bool = False) -> Req:
         """A request in the waiting queue (what ``Scheduler.handle_generate_request``
-        builds)."""
-        params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
+        builds), ending at ``max_new_tokens`` output tokens: by length, which the overlap
+        loop sees coming, or (``stops``) by sampling a stop token there, which SGLang
+        learns only from the batch's result (the overlap loop has then launched the
+        request in the next batch already)."""
+        if stops:  # the stand-in's max_new_tokens-th token is a stop token (<= 97: unique)
+            assert max_new_tokens <= 97
+            stop = 1 + (len(prompt) + max_new_tokens - 1) % 97
+            params = SamplingParams(max_new_tokens=max_new_tokens + 16, stop_token_ids=[stop])
+        else:
+            params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
         params.normalize(None)
         req = Req(f"req-{self._next}", "", array("q", prompt), params, vocab_size=VOCAB)
         self._next += 1

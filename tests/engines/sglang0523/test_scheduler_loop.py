@@ -165,6 +165,42 @@ def test_evictions_backups_and_load_backs_equal_sglangs_counters(stand_ins, poli
 
 
 @LOOPS
+def test_requests_that_stop_by_a_token_give_back_the_batch_they_overran(stand_ins, monkeypatch,
+                                                                       overlap):
+    """Requests that end by a stop token: in the overlap loop one may have been launched
+    in one batch more by the time its result says so (a slot past its answer's KV; the
+    requests that end by length are left out of that batch), and ``release_kv_cache``
+    gives that slot back with the rest. kvobs's GPU tier equals SGLang's pools at every
+    step, and is empty at the end."""
+    from sglang.srt.mem_cache import common
+
+    overran: dict[str, int] = {}  # slots a released request held past its answer's KV
+    release = common._release_overallocated_kv_indices
+
+    def spy(req, owned, allocated, tree):  # type: ignore[no-untyped-def]
+        overran[req.rid] = allocated - (len(req.origin_input_ids) + len(req.output_ids) - 1)
+        return release(req, owned, allocated, tree)
+
+    monkeypatch.setattr(common, "_release_overallocated_kv_indices", spy)
+    engine = Engine(tokens=256, host_ratio=4.0, overlap=overlap)
+    rec, kit = instrumented(engine)
+    stopping = set()
+    for i, p in enumerate(prompts(5, 8, 40)):
+        req = engine.submit(p, max_new_tokens=3 + i % 4, stops=i % 2 == 0)
+        if i % 2 == 0:
+            stopping.add(req.rid)
+    drive(engine, kit)
+    assert len(engine.finished) == 8 and len(overran) == 8
+    # the overlap loop launches one more decode batch for a request that stops by a token
+    # unless the next batch is a prefill (which holds no running request)
+    ran_over = {rid for rid, n in overran.items() if n}
+    assert ran_over <= stopping and bool(ran_over) == overlap, overran
+    assert all(n in (0, 1) for n in overran.values())
+    gpu = rec.snapshot().tier("gpu")
+    assert gpu.in_use_blocks == 0 and gpu.allocations + gpu.reuses == gpu.frees
+
+
+@LOOPS
 def test_chunked_prefill_counts_each_request_once(stand_ins, overlap):
     # 60-68 token prompts: 2-3 chunks
     engine = Engine(tokens=256, host_ratio=4.0, chunk=32, overlap=overlap)
