@@ -540,9 +540,9 @@ class EngineDriver:
             pass
         started, cpu = time.perf_counter(), time.thread_time()
         engine_outputs = self.scheduler.update_from_output(out, runner_output)
-        delivered()
         self.scheduler_seconds += time.perf_counter() - started
         self.scheduler_cpu_seconds += time.thread_time() - cpu
+        delivered()
         stats = self._read_stats(engine_outputs)
         self.observe_block_tables()
         self._observe_host_stays()
