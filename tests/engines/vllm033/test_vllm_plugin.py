@@ -93,8 +93,14 @@ def test_vllm_loader_finds_the_entry_point_and_hooks_with_kvobs_enable():
     assert run_loader(base) == "not hooked"
 
 
-def test_real_scheduler_is_instrumented_served_and_unwrapped(loaded, tmp_path):
-    scheduler = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_real_scheduler_is_instrumented_served_and_unwrapped(loaded, tmp_path,
+                                                             async_scheduling):
+    """The plugin's hook in ``Scheduler.__init__`` instruments vLLM's ``AsyncScheduler``
+    (async scheduling, a GPU engine's default) as it does the ``Scheduler``."""
+    scheduler = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20,
+                                async_scheduling=async_scheduling)
+    assert (type(scheduler).__name__ == "AsyncScheduler") == async_scheduling
     state = plugin.state()
     assert state.schedulers == 1 and state.instrumentations[0].active
     url = state.telemetry.metrics_url
