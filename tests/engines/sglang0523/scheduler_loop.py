@@ -252,20 +252,11 @@ class Engine:
         """
         if self.overlap:
             return self._step_overlap()
-        self.tree.check_hicache_events()
-        if self.chunked is not None and self.chunked.extend_end > self.chunked.prefix_len:
-            checkpoint_kv_cache(self.chunked, self.tree)     # stash_chunked_request
-        batch = self._prefill_batch()
+        self._begin()
+        batch = self._launch_prefill()
         if batch is not None:
-            extends = zip(batch.reqs, batch.prefix_lens, strict=True)
-            self._write_kv(batch, [r.get_fill_ids()[n:] for r, n in extends])
             self._process(batch, prefill=True)
-            batch.filter_batch(reqs_to_exclude=self.chunked)
-            if not batch.is_empty():
-                if self.running is None or self.running.is_empty():
-                    self.running = batch
-                else:
-                    self.running.merge_batch(batch)
+            self._merge(batch)
             return "prefill"
         running = self.running
         if running is None or running.is_empty():
@@ -277,22 +268,12 @@ class Engine:
         return "decode"
 
     def _step_overlap(self) -> str:
-        self.tree.check_hicache_events()
-        if self.chunked is not None and self.chunked.extend_end > self.chunked.prefix_len:
-            checkpoint_kv_cache(self.chunked, self.tree)     # stash_chunked_request
+        self._begin()
         launched = self._launched
-        if launched is not None and launched[2]:             # merge the last prefill batch
-            last = launched[0]
-            last.filter_batch(reqs_to_exclude=self.chunked)
-            if not last.is_empty():
-                if self.running is None or self.running.is_empty():
-                    self.running = last
-                else:
-                    self.running.merge_batch(last)
-        kind, batch = "idle", self._prefill_batch()
+        if launched is not None and launched[2]:             # the last prefill batch
+            self._merge(launched[0])
+        kind, batch = "idle", self._launch_prefill()
         if batch is not None:
-            extends = zip(batch.reqs, batch.prefix_lens, strict=True)
-            self._write_kv(batch, [r.get_fill_ids()[n:] for r, n in extends])
             kind = "prefill"
         elif self.running is not None:                     # update_running_batch:
             # requests the last batch's result finishes by length stay out of this one
@@ -312,6 +293,30 @@ class Engine:
             _, last, prefill = launched
             self._process(last, prefill=prefill)
         return kind
+
+    def _begin(self) -> None:
+        """An iteration's start: finished transfers reaped, a chunked request's computed
+        chunk stashed (``stash_chunked_request``)."""
+        self.tree.check_hicache_events()
+        if self.chunked is not None and self.chunked.extend_end > self.chunked.prefix_len:
+            checkpoint_kv_cache(self.chunked, self.tree)
+
+    def _launch_prefill(self) -> ScheduleBatch | None:
+        """The prefill batch, if any, its KV rows written (the forward)."""
+        batch = self._prefill_batch()
+        if batch is not None:
+            extends = zip(batch.reqs, batch.prefix_lens, strict=True)
+            self._write_kv(batch, [r.get_fill_ids()[n:] for r, n in extends])
+        return batch
+
+    def _merge(self, batch: ScheduleBatch) -> None:
+        """A prefill batch joins the running batch (its chunked request stays out)."""
+        batch.filter_batch(reqs_to_exclude=self.chunked)
+        if not batch.is_empty():
+            if self.running is None or self.running.is_empty():
+                self.running = batch
+            else:
+                self.running.merge_batch(batch)
 
     def run(self, max_steps: int = 1000) -> int:
         """Step until no request waits or runs; returns the steps taken."""
