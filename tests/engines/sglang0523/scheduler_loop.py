@@ -134,10 +134,16 @@ def install_stand_ins(monkeypatch: Any) -> None:
                         raising=False)
 
 
+def _sampled_at(prompt_tokens: int, outputs: int) -> int:
+    """The token the stand-in model samples after ``outputs`` output tokens of a prompt of
+    ``prompt_tokens`` (a function of the lengths alone, so a batch launched before the
+    last one's results knows it, and a request can be given a stop token in advance)."""
+    return 1 + (prompt_tokens + outputs) % 97
+
+
 def _sampled(req: Req) -> int:
-    """The token the stand-in model samples for ``req`` next (a function of its length,
-    so a batch launched before the last one's results knows it)."""
-    return 1 + (len(req.origin_input_ids) + len(req.output_ids)) % 97
+    """The token the stand-in model samples for ``req`` next."""
+    return _sampled_at(len(req.origin_input_ids), len(req.output_ids))
 
 
 class _ModelConfig:
@@ -224,7 +230,7 @@ class Engine:
         request in the next batch already)."""
         if stops:  # the stand-in's max_new_tokens-th token is a stop token (<= 97: unique)
             assert max_new_tokens <= 97
-            stop = 1 + (len(prompt) + max_new_tokens - 1) % 97
+            stop = _sampled_at(len(prompt), max_new_tokens - 1)
             params = SamplingParams(max_new_tokens=max_new_tokens + 16, stop_token_ids=[stop])
         else:
             params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
@@ -246,9 +252,9 @@ class Engine:
         result finishes by length, ``_reqs_finishing_inflight``), and only then are the
         last batch's results processed (a request that finished otherwise, which ran one
         batch more, is skipped in that batch's results, and ``release_kv_cache`` frees the
-        slot it took). A
-        decode batch's KV rows are written when its results are processed: the token
-        they hold is the one the batch before sampled.
+        slot it took). A decode batch's KV rows are written at its launch, as its forward
+        writes them before any later batch's: the token they hold is the one the batch
+        before it samples (SGLang's future map), known here before that batch's results.
         """
         if self.overlap:
             return self._step_overlap()

@@ -34,6 +34,7 @@ from tests.engines.vllm033.hisparse_engine import (
     build_hisparse_scheduler,
     page_bytes,
 )
+from tests.engines.vllm033.vllm_engine import SCHEDULING
 
 MAX_MODEL_LEN = 1024
 
@@ -84,11 +85,6 @@ def test_a_large_host_pool_leaves_the_gpu_bounding_as_vllm_says(tmp_path):
     plan = CapacityPlan.from_recorder(rec, request_tokens=MAX_MODEL_LEN)
     assert plan.bounded_by == "gpu"
     assert plan.max_concurrency == pytest.approx(concurrency * 59 / 60)  # null block
-
-
-#: vLLM's two ways of scheduling: one batch in flight, and async scheduling (a GPU
-#: engine's default: the ``AsyncScheduler``, two batches in flight)
-SCHEDULING = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 
 
 @SCHEDULING

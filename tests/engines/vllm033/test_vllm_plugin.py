@@ -34,7 +34,7 @@ from tests.engines.vllm033.test_vllm_tiering import (
     tiering_scheduler,
     worker_connector,
 )
-from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
+from tests.engines.vllm033.vllm_engine import SCHEDULING, EngineDriver, build_scheduler
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -93,7 +93,7 @@ def test_vllm_loader_finds_the_entry_point_and_hooks_with_kvobs_enable():
     assert run_loader(base) == "not hooked"
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+@SCHEDULING
 def test_real_scheduler_is_instrumented_served_and_unwrapped(loaded, tmp_path,
                                                              async_scheduling):
     """The plugin's hook in ``Scheduler.__init__`` instruments vLLM's ``AsyncScheduler``

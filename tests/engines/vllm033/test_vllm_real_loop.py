@@ -24,6 +24,7 @@ from kvobs.adapters.vllm.manager import VllmInstrumentation
 from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
 from kvobs.testing import Conformance, capture_telemetry
 from tests.engines.vllm033.vllm_engine import (
+    SCHEDULING,
     EngineDriver,
     build_scheduler,
     build_vllm_config,
@@ -100,12 +101,6 @@ def assert_equals_vllm(rec: Recorder, inst: VllmInstrumentation, driver: EngineD
     assert offload.seconds == pytest.approx(driver.vllm_store_time / driver.workers, rel=1e-9)
     assert onload.seconds == pytest.approx(driver.vllm_load_time / driver.workers, rel=1e-9)
     assert snap.errors == {}
-
-
-#: vLLM's two ways of scheduling: one batch in flight (``Scheduler``), and async scheduling,
-#: a GPU engine's default (``AsyncScheduler``, two batches in flight; with the connector a
-#: finished request's frees wait for its last batch: ``pop_blocks_for_free``)
-SCHEDULING = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 
 
 @SCHEDULING

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import pytest
 import torch
 from vllm.config import (
     CacheConfig,
@@ -106,6 +107,12 @@ def capture_kv_events(scheduler: Scheduler, events: list[Any]) -> None:
 
     publisher.publish = capture
 
+
+#: vLLM's two ways of scheduling, for tests that run under both: one batch in flight
+#: (``Scheduler``), and async scheduling, a GPU engine's default (``AsyncScheduler``, two
+#: batches in flight; with a KV connector a finished request's frees wait for its last
+#: batch: ``pop_blocks_for_free``)
+SCHEDULING = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 
 #: The token the synthetic model runner samples (and the last one of a request that
 #: stops by itself: :meth:`EngineDriver.request`).
