@@ -45,6 +45,9 @@ def mutants() -> list[m.Mutant]:
         # transfers (the GPU connector's copies) and LMCache's timings of them
         *m.transfer("offload", engine, "inst.offload.transfer(chunks, nbytes)", "chunks", "nbytes"),
         *m.transfer("onload", engine, "inst.onload.transfer(chunks, nbytes)", "chunks", "nbytes"),
+        # a layerwise connector's copies, one layer per step of its generators
+        *m.transfer("layer copy", engine, "link.transfer(chunks, nbytes)", "chunks", "nbytes",
+                    indent="            "),
         *m.recorder_call("offload.seconds", engine, "inst.offload.timed(seconds)", "seconds"),
         *m.recorder_call("onload.seconds", engine, "inst.onload.timed(seconds)", "seconds"),
         # chunks a store dropped (an allocation refused): LMCache's chunks less those copied

@@ -95,17 +95,21 @@ counts). Store drops are counted where LMCache allocates in the ``LocalCPUBacken
 kvobs instruments (not with ``enable_pd``, whose ``PDBackend`` allocates) and the GPU
 connector's copies are counted; a layerwise ``store_layer`` that finds no room is not
 counted as drops. Not covered: ``enable_async_loading`` (lookups go through
-``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too) and the
-layerwise connector's transfers (moved later by a generator). With ``use_layerwise``
-LMCache keeps a chunk as ``num_layers`` memory objects, one per layer, under per-layer
-keys: allocated together (``batched_allocate``), put one layer per step of
+``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too). With
+``use_layerwise`` LMCache keeps a chunk as ``num_layers`` memory objects, one per layer,
+under per-layer keys: allocated together (``batched_allocate``), put one layer per step of
 ``store_layer``, evicted together by ``batched_allocate`` but one by one by ``allocate``,
 ``remove`` and ``clear``. So a host block stays one object (every event above holds as
 it is) worth ``chunk_size / num_layers`` of the model's tokens: capacity, occupancy and
 flows in tokens and bytes are what LMCache's memory holds. Where that share is no whole
 number the tier's ``block_tokens`` is 0 and its token figures are left out (no token
 series, ``None`` in the capacity event), never rounded; lookups carry no profile keys and
-one warning names what is not counted.
+one warning names what is not counted. The layerwise connector's copies are generators
+that ``store_layer`` / ``retrieve_layer`` step once per layer: each step is counted as it
+returns, one transfer of that layer's objects (:class:`~.engine.LayerCopies`), with no
+seconds, since LMCache times no layerwise copy; so the host pool's onload cost is
+unknown there, and its net benefit is not exported (onloads without seconds are never
+taken as free).
 
 Supported: LMCache 0.5.6 (``lmcache.v1``), the engine on CPU or GPU.
 """

@@ -48,6 +48,7 @@ from kvobs.adapters._hooks import (
     AdapterSpec,
     Hook,
     Instrumentation,
+    begin,
     instrument,
     warn_once,
 )
@@ -126,11 +127,13 @@ class LMCacheEngineInstrumentation(Instrumentation):
                           component=COMPONENT, setting="use_layerwise",
                           problem=f"the host tier's blocks are LMCache's memory objects, one "
                                   f"layer of a chunk each ({layers} per chunk): {tokens}; "
-                                  f"the layerwise connector's copies, the chunks a "
-                                  f"store_layer finds no room for and the reuse profile's "
-                                  f"keys are not counted",
+                                  f"the chunks a store_layer finds no room for and the "
+                                  f"reuse profile's keys are not counted, and LMCache times "
+                                  f"no layerwise copy: the host pool's onload seconds (its "
+                                  f"net benefit) stay unknown",
                           action="host tier (capacity, occupancy, allocations, stores, "
-                                 "hits, evictions) and lookups counted")
+                                 "hits, evictions), lookups and the copies layer by layer "
+                                 "(blocks, bytes) counted")
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 
@@ -218,11 +221,12 @@ def _stored(inst: LMCacheEngineInstrumentation, refusals: int | None, result: An
 
 
 def _optional(target: Any, spec: AdapterSpec,
-              make: Callable[[bool], Instrumentation]) -> list[Instrumentation]:
-    """``[instrument(target, spec, make)]``, or ``[]`` with one warning when ``target``
-    is not of a kind kvobs knows (a custom GPU connector): the rest still counts."""
+              make: Callable[[], Instrumentation]) -> list[Instrumentation]:
+    """``[make()]`` (which instruments ``target`` as ``spec`` says), or ``[]`` with one
+    warning when ``target`` is not of a kind kvobs knows (a custom GPU connector): the
+    rest still counts."""
     try:
-        return [instrument(target, spec, make)]
+        return [make()]
     except AdapterError as exc:
         warn_once(f"{spec.component}:{type(target).__qualname__}", "kvobs_adapter_partial",
                   component=spec.component, problem=str(exc), action="not counted")
@@ -258,8 +262,8 @@ class _LinkInstrumentation(Instrumentation):
 
 
 def _chunks(memory_objs: Any) -> tuple[int, int]:
-    """``(chunks, bytes)`` of a flat list of ``MemoryObj`` (layerwise lists of lists are
-    moved by a generator later: not counted)."""
+    """``(chunks, bytes)`` of a flat list of ``MemoryObj`` (a layerwise connector's
+    layer-major lists of lists are moved by its generator: :class:`LayerCopies`)."""
     if not memory_objs or isinstance(memory_objs[0], (list, tuple)):
         return 0, 0
     return len(memory_objs), sum(obj.get_size() for obj in memory_objs)
@@ -290,6 +294,113 @@ CONNECTOR_SPEC = AdapterSpec(CONNECTOR_COMPONENT, ("GPUConnectorInterface",), (
     Hook("batched_to_gpu", ("memory_objs", "starts", "ends"), "transfer",
          after=_copied_to_gpu),
 ))
+
+
+# --- a layerwise connector's copies (generators, one layer per step) ----------------------
+
+class LayerCopies:
+    """A layerwise GPU connector's copy generator, counted layer by layer as LMCache
+    drives it (``store_layer`` / ``retrieve_layer`` step it once per model layer).
+
+    Out (``batched_from_gpu(memory_objs, starts, ends)``, ``memory_objs`` layer-major):
+    the k-th step copies layer k-1 of every chunk, so it counts ``memory_objs[k-1]``.
+    In (``batched_to_gpu(starts, ends)``): LMCache sends each layer's memory objects, and
+    the step that receives them copies them, so it counts what was sent. A layer counts
+    once its step returned (a step that raised copied nothing kvobs can vouch for), one
+    transfer of that layer's objects (the host tier's blocks) and their bytes, no
+    seconds (LMCache times no layerwise copy). Every other use of the generator (its
+    values, ``throw``, ``close``, ``StopIteration``) is the engine's, unchanged; a
+    failure while counting is counted under ``lmcache.gpu_connector``.
+
+    Example:
+        >>> from kvobs.recorder import Recorder
+        >>> class Obj:
+        ...     def get_size(self): return 64
+        >>> def copy_in():                  # what a layerwise batched_to_gpu does
+        ...     while True:
+        ...         objs = yield            # one layer's objects, copied on resume
+        >>> rec = Recorder()
+        >>> inst = _LinkInstrumentation(None, CONNECTOR_COMPONENT, True, rec, "host")
+        >>> moves = LayerCopies(copy_in(), inst)
+        >>> next(moves); moves.send([Obj(), Obj()]); moves.send([Obj(), Obj()])
+        >>> link = rec.snapshot().link("host", "gpu"); link.blocks, link.bytes, link.seconds
+        (4, 256, 0.0)
+    """
+
+    __slots__ = ("_copies", "_inst", "_out", "_steps")
+
+    def __init__(self, copies: Any, inst: _LinkInstrumentation, out: Any = None) -> None:
+        self._copies = copies
+        self._inst = inst
+        self._out = out          # out: the layer-major lists; in: None (sent per layer)
+        self._steps = 0
+
+    def __iter__(self) -> LayerCopies:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def send(self, value: Any) -> Any:
+        """Step the engine's generator with ``value``; count the layer the step copied."""
+        result = self._copies.send(value)
+        try:
+            self._copied(value)
+        except Exception as exc:          # the copy went on; kvobs's count did not
+            self._inst.error(CONNECTOR_COMPONENT, exc)
+        return result
+
+    def throw(self, *args: Any) -> Any:
+        return self._copies.throw(*args)
+
+    def close(self) -> None:
+        self._copies.close()
+
+    def _copied(self, sent: Any) -> None:
+        out = self._out
+        if out is None:
+            layer, link = sent, self._inst.onload
+        else:
+            step, self._steps = self._steps, self._steps + 1
+            if step >= len(out):          # the last step only waits for the copies
+                return
+            layer, link = out[step], self._inst.offload
+        if layer:
+            chunks, nbytes = len(layer), sum(obj.get_size() for obj in layer)
+            link.transfer(chunks, nbytes)
+
+
+#: A layerwise connector: its two copy calls return generators (wrapped, not read).
+LAYERWISE_CONNECTOR_SPEC = AdapterSpec(CONNECTOR_COMPONENT, ("GPUConnectorInterface",), (
+    Hook("batched_from_gpu", ("memory_objs", "starts", "ends"), "transfer"),
+    Hook("batched_to_gpu", ("starts", "ends"), "transfer"),
+))
+
+
+def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST
+                            ) -> _LinkInstrumentation:
+    """Count a layerwise GPU connector's copies layer by layer (:class:`LayerCopies`).
+
+    Raises:
+        AdapterError: not a GPU connector, or already instrumented.
+    """
+    spec = LAYERWISE_CONNECTOR_SPEC
+    inst = begin(connector, spec.kinds, spec.hooks, spec.component,
+                 lambda active: _LinkInstrumentation(connector, spec.component, active, rec,
+                                                     tier))
+    if not inst.active:
+        return inst
+    copy_out, copy_in = connector.batched_from_gpu, connector.batched_to_gpu
+
+    def batched_from_gpu(memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> Any:
+        return LayerCopies(copy_out(memory_objs, starts, ends, **kwargs), inst, memory_objs)
+
+    def batched_to_gpu(starts: Any, ends: Any, **kwargs: Any) -> Any:
+        return LayerCopies(copy_in(starts, ends, **kwargs), inst)
+
+    inst.install("batched_from_gpu", batched_from_gpu)
+    inst.install("batched_to_gpu", batched_to_gpu)
+    return inst
 
 
 # --- readers of the stats monitor (LMCache's own timings) --------------------------------
@@ -354,14 +465,19 @@ def instrument_lmcache_engine(engine: Any, rec: Recorder, *, tier: str = HOST,
         return inst
     links: list[Instrumentation] = []
     connector = engine.gpu_connector
-    if connector is not None:             # None in a scheduler-side engine
-        links += _optional(connector, CONNECTOR_SPEC, lambda active: _LinkInstrumentation(
-            connector, CONNECTOR_COMPONENT, active, rec, tier, inst))
+    if connector is not None and engine.use_layerwise:   # copies moved by generators
+        links += _optional(connector, LAYERWISE_CONNECTOR_SPEC,
+                           lambda: instrument_layer_copies(connector, rec, tier))
+    elif connector is not None:           # None in a scheduler-side engine
+        links += _optional(connector, CONNECTOR_SPEC, lambda: instrument(
+            connector, CONNECTOR_SPEC, lambda active: _LinkInstrumentation(
+                connector, CONNECTOR_COMPONENT, active, rec, tier, inst)))
         inst.copies_seen = bool(links) and links[0].active
     monitor = engine.stats_monitor         # one per process: with two engines, the
     if getattr(monitor, MARKER, None) is None:    # first one's links get the seconds
-        links += _optional(monitor, MONITOR_SPEC, lambda active: _LinkInstrumentation(
-            monitor, MONITOR_COMPONENT, active, rec, tier))
+        links += _optional(monitor, MONITOR_SPEC, lambda: instrument(
+            monitor, MONITOR_SPEC, lambda active: _LinkInstrumentation(
+                monitor, MONITOR_COMPONENT, active, rec, tier)))
     for link in links:
         inst.on_unwrap(link.unwrap)
     try:

@@ -87,7 +87,15 @@ class LayerwiseCopyStandIn(GPUConnectorInterface):
     """Stand-in for a layerwise GPU connector's byte copy (not LMCache's code): generators
     that copy one layer of every chunk per step, driven by LMCache's ``store_layer`` /
     ``retrieve_layer`` as they drive its vLLM layerwise connector (``num_layers + 1``
-    steps out, ``num_layers + 2`` in)."""
+    steps out, ``num_layers + 2`` in). ``moved`` is its own account of what it copied
+    per direction, ``[objects, bytes]``, counted as each object's bytes are copied."""
+
+    def __init__(self) -> None:
+        self.moved = {"out": [0, 0], "in": [0, 0]}
+
+    def _moved(self, direction: str, obj: Any) -> None:
+        self.moved[direction][0] += 1
+        self.moved[direction][1] += obj.tensor.numel() * obj.tensor.element_size()
 
     def get_shape(self, num_tokens: int) -> torch.Size:
         return torch.Size([num_tokens, 2, HEADS * DIM])         # KV_T2D: one layer
@@ -105,6 +113,7 @@ class LayerwiseCopyStandIn(GPUConnectorInterface):
             for obj, start, end in zip(objs, starts, ends, strict=True):
                 obj.tensor.copy_(paged[:, layer, slots[start:end]].permute(1, 0, 2, 3)
                                  .reshape(end - start, 2, HEADS * DIM))
+                self._moved("out", obj)
             yield
         yield
 
@@ -116,6 +125,7 @@ class LayerwiseCopyStandIn(GPUConnectorInterface):
             for obj, start, end in zip(objs, starts, ends, strict=True):
                 paged[:, layer, slots[start:end]] = obj.tensor.reshape(
                     end - start, 2, HEADS, DIM).permute(1, 0, 2, 3)
+                self._moved("in", obj)
         yield
         yield
 

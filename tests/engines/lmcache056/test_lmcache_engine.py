@@ -26,6 +26,7 @@ from kvobs.adapters.lmcache import instrument_lmcache_engine
 from kvobs.capacity import CapacityPlan
 from kvobs.recorder import Recorder
 from kvobs.telemetry.logs import capacity_line
+from kvobs.telemetry.summary import host_pool_verdict
 from kvobs.testing import Conformance, capture_telemetry
 from tests.engines.lmcache056.lmcache_objects import (
     CHUNK,
@@ -381,14 +382,15 @@ def test_a_layerwise_engine_s_host_tier_holds_what_lmcache_s_memory_holds():
         warnings = [e for e in logs if e["event"] == "kvobs_adapter_partial"]
         assert [e["setting"] for e in warnings] == ["use_layerwise"]
         assert f"each holds {CHUNK // LAYERS} tokens" in warnings[0]["problem"]
-        assert "layerwise connector's copies" in warnings[0]["problem"]
+        assert "LMCache times no layerwise copy" in warnings[0]["problem"]
         backend = engine.storage_manager.local_cpu_backend
         buffer = backend.memory_allocator.pin_allocator.buffer
         layers, chunk_tokens = engine.num_layers, engine.config.chunk_size
         start = lmcache_metrics(engine, "layerwise")
         truth = host_truth(engine, "layerwise")
-        # the layerwise connector's copies are not counted: no transfers to match stores
-        kit = Conformance(rec, truth=truth, stores_match_transfers=False)
+        # the layerwise copies are counted layer by layer: every object put in the host
+        # tier was copied there first (stores match the transfers into it at every step)
+        kit = Conformance(rec, truth=truth)
         driver = ConnectorDriver(engine)
         kv_events, full = 0, None
         for prompt in chats():
@@ -431,6 +433,21 @@ def test_a_layerwise_engine_s_host_tier_holds_what_lmcache_s_memory_holds():
             (lm["lookup_requests"], lm["lookup_tokens"], lm["lookup_hits"])
         resident = host.in_use_blocks + host.cached_blocks
         assert resident * host.block_bytes == lm["local_cache_usage"]
+        # copies, layer by layer: the objects and bytes the connector copied (its own
+        # account), every layer of each chunk LMCache stored / retrieved; no seconds
+        # (LMCache times no layerwise copy), so the onload cost is unknown, never free
+        moved = engine.gpu_connector.moved
+        snap = rec.snapshot()
+        out, into = snap.link("gpu", "host"), snap.link("host", "gpu")
+        assert [out.blocks, out.bytes] == moved["out"]
+        assert [into.blocks, into.bytes] == moved["in"]
+        assert out.blocks == host.stores == lm["stored_tokens"] // CHUNK * layers
+        assert into.blocks == host.reuses == lm["hit_tokens"] // CHUNK * layers > 0
+        # full chunks only: each object one layer's share of a chunk's KV (the bytes
+        # copied; LMCache's allocation of it is rounded up to 4 KiB, the block's bytes)
+        assert out.bytes == out.blocks * (CHUNK_BYTES // layers) < out.blocks * host.block_bytes
+        assert out.seconds == into.seconds == lm["retrieve_to_gpu_s"] == 0
+        assert "onload time unknown" in host_pool_verdict(Recorder().snapshot(), snap, 60.0)
         engine.clear()              # every layer object LMCache cached: a reset
         host = kit.check("clear").tier("host")
         assert host.evictions["reset"] == lm["hot_cache_count"] > 0 == len(backend.hot_cache)
@@ -445,6 +462,55 @@ def test_a_layerwise_engine_s_host_tier_holds_what_lmcache_s_memory_holds():
         if inst is not None:
             inst.unwrap()
         destroy("layerwise")
+
+
+def test_a_layerwise_copy_counts_each_layer_when_its_step_returns():
+    """LMCache's ``store_layer`` / ``retrieve_layer`` step their connector's copy
+    generator once per layer of the forward pass. kvobs counts a layer once its step
+    returned: after every step its counts equal what the connector copied so far (its
+    own account), and a generator the engine leaves part-way (``close()``: an aborted
+    request) has counted only the layers it moved."""
+    engine = build_engine(instance="layerwise-steps", layerwise=True)
+    inst = None
+    try:
+        rec = Recorder()
+        inst = instrument_lmcache_engine(engine, rec)
+        engine.post_init()
+        connector, driver = engine.gpu_connector, ConnectorDriver(engine)
+        tokens = next(chats())[:4 * CHUNK]                      # four full chunks
+        slots = torch.arange(len(tokens), dtype=torch.long)     # GPU blocks 0-3
+        driver.paged[:, :, :len(tokens)] = 1.0
+
+        def counted(src: str, dst: str) -> list[int]:
+            link = rec.snapshot().link(src, dst)
+            return [link.blocks, link.bytes]
+
+        store = engine.store_layer(tokens, kvcaches=driver.paged, slot_mapping=slots,
+                                   sync=False)
+        next(store)                         # allocates the chunks, copies layer 0
+        assert counted("gpu", "host") == connector.moved["out"] and \
+            connector.moved["out"][0] == 4
+        for _ in range(LAYERS):             # the other layers, then the put of the last
+            next(store)
+            assert counted("gpu", "host") == connector.moved["out"]
+        assert connector.moved["out"][0] == 4 * LAYERS
+        assert list(store) == []            # done: nothing left to step
+
+        load = engine.retrieve_layer(tokens, kvcaches=driver.paged, slot_mapping=slots,
+                                     sync=False)
+        assert int(next(load)) == len(tokens)   # the hit; layer 0's objects fetched
+        assert counted("host", "gpu") == connector.moved["in"] == [0, 0]
+        next(load)                          # layer 0's objects sent to the connector
+        assert counted("host", "gpu") == connector.moved["in"] and \
+            connector.moved["in"][0] == 4
+        load.close()                        # the engine leaves it: layer 1 never moves
+        assert counted("host", "gpu") == connector.moved["in"] == [4, 4 * CHUNK_BYTES // LAYERS]
+        assert rec.snapshot().link("host", "gpu").operations == 1
+        assert rec.snapshot().errors == {}
+    finally:
+        if inst is not None:
+            inst.unwrap()
+        destroy("layerwise-steps")
 
 
 def test_a_layerwise_engine_whose_layers_split_no_chunk_evenly_leaves_its_tokens_out():
