@@ -93,8 +93,10 @@ call goes on; an LMCache version whose objects differ is left alone with one war
 naming what is missing (a connector or backend of another kind likewise, the rest still
 counts). Store drops are counted where LMCache allocates in the ``LocalCPUBackend``
 kvobs instruments (not with ``enable_pd``, whose ``PDBackend`` allocates) and the GPU
-connector's copies are counted; a layerwise ``store_layer`` that finds no room is not
-counted as drops. Not covered: ``enable_async_loading`` (lookups go through
+connector's copies are counted; a layerwise ``store_layer`` that finds no room counts
+the layer objects of every chunk from the refused one on that no backend holds (LMCache
+stops there and skips the chunks it holds; asked of its local backends only, so not with
+a remote one, which one warning says). Not covered: ``enable_async_loading`` (lookups go through
 ``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too). With
 ``use_layerwise`` LMCache keeps a chunk as ``num_layers`` memory objects, one per layer,
 under per-layer keys: allocated together (``batched_allocate``), put one layer per step of

@@ -65,11 +65,12 @@ class LMCacheInstrumentation(Instrumentation):
         keyed: feed the reuse profile (the engine sets it: a profile is kept and
             lookups are not layerwise); ``probe_keys`` are then the keys the running
             lookup asked for.
-        refusals: ``allocate`` calls that returned None (no room, nothing evictable), in
-            any thread: the engine's ``store`` reads it before and after a call, and
-            looks closer only when it moved (:mod:`kvobs.adapters.lmcache.engine`).
+        refusals: ``allocate`` / ``batched_allocate`` calls that returned None (no room,
+            nothing evictable), in any thread: the engine's ``store`` (a layerwise
+            ``store_layer``'s first step) reads it before and after, and looks closer only
+            when it moved (:mod:`kvobs.adapters.lmcache.engine`).
         refused_in: per thread ident, the value of ``refusals`` that thread's latest
-            refused ``allocate`` made (written on that rare path only).
+            refused allocation made (written on that rare path only).
     """
 
     def __init__(self, backend: Any, rec: Recorder | None, tier: TierRecorder,
@@ -89,7 +90,7 @@ class LMCacheInstrumentation(Instrumentation):
         self.refused_in: dict[int, int] = {}
 
     def refused(self) -> None:
-        """An ``allocate`` returned None: note it, and which thread it failed in (so a
+        """An allocation returned None: note it, and which thread it failed in (so a
         ``store`` running in that thread knows its chunks were cut short).
 
         Example:
@@ -155,6 +156,8 @@ def _batch_allocated(inst: LMCacheInstrumentation, state: None, objs: Any, *args
                      **kwargs: Any) -> None:
     if objs:
         inst.tier.allocate(len(objs))
+    elif objs is None:                    # no room: the layerwise store_layer counts its drops
+        inst.refused()
 
 
 def _is_new(inst: LMCacheInstrumentation, key: Any, memory_obj: Any, *args: Any,

@@ -38,6 +38,7 @@ lookup client), ``retrieve``, ``lookup_unpin``, ``store``, ``clear``. kvobs wrap
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,11 @@ from kvobs.recorder import Recorder
 from kvobs.tiers import GPU, HOST
 
 COMPONENT = "lmcache.engine"
+#: Storage backends whose ``contains`` kvobs may ask (local lookups, no I/O): a layerwise
+#: store's drops are counted only where every backend is one of these.
+LOCAL_BACKENDS = {"LocalCPUBackend", "LocalDiskBackend"}
+_REMOTE_DROPS = (" nor, with a storage backend other than LMCache's local CPU and disk "
+                 "ones, the chunks a store_layer finds no room for")
 CONNECTOR_COMPONENT = "lmcache.gpu_connector"
 MONITOR_COMPONENT = "lmcache.stats_monitor"
 
@@ -80,7 +86,10 @@ class LMCacheEngineInstrumentation(Instrumentation):
         copied: per thread ident, ``(chunks, refusals)`` of that thread's latest
             ``batched_from_gpu`` made while some thread's ``allocate`` refusal is
             outstanding (``backend.refused_in`` not empty): the chunks it copied and the
-            backend's refusal counter then.
+            backend's refusal counter then (layerwise: the start of the last chunk it
+            copies, not the count).
+        layer_drops: a layerwise ``store_layer`` that finds no room counts its drops
+            (every storage backend is local: kvobs asks them which chunks they hold).
     """
 
     def __init__(self, engine: Any, rec: Recorder, active: bool, tier_name: str,
@@ -95,6 +104,7 @@ class LMCacheEngineInstrumentation(Instrumentation):
         self.offload: LinkEvents = rec.link(GPU, tier_name) if active else NULL_LINK
         self.copies_seen = False
         self.copied: dict[int, tuple[int, int]] = {}
+        self.layer_drops = False
 
     def attach_backend(self) -> None:
         """Instrument the engine's ``LocalCPUBackend`` (once it exists)."""
@@ -119,6 +129,7 @@ class LMCacheEngineInstrumentation(Instrumentation):
         if inst.active:                   # else one warning said why; hits count as host
             inst.keyed = bool(self.rec.profile_reuse) and layers == 1
             if layers > 1:
+                self.layer_drops = set(manager.storage_backends) <= LOCAL_BACKENDS
                 tokens = (f"each holds {self.chunk_tokens // layers} tokens" if exact else
                           f"its capacity in tokens is left out ({self.chunk_tokens} tokens "
                           f"over {layers} layers is no whole number per block)")
@@ -127,13 +138,15 @@ class LMCacheEngineInstrumentation(Instrumentation):
                           component=COMPONENT, setting="use_layerwise",
                           problem=f"the host tier's blocks are LMCache's memory objects, one "
                                   f"layer of a chunk each ({layers} per chunk): {tokens}; "
-                                  f"the chunks a store_layer finds no room for and the "
-                                  f"reuse profile's keys are not counted, and LMCache times "
-                                  f"no layerwise copy: the host pool's onload seconds (its "
-                                  f"net benefit) stay unknown",
+                                  f"the reuse profile's keys are not counted"
+                                  f"{'' if self.layer_drops else _REMOTE_DROPS}, and "
+                                  f"LMCache times no layerwise copy: the host pool's "
+                                  f"onload seconds (its net benefit) stay unknown",
                           action="host tier (capacity, occupancy, allocations, stores, "
                                  "hits, evictions), lookups and the copies layer by layer "
-                                 "(blocks, bytes) counted")
+                                 "(blocks, bytes)"
+                                 + (", and their drops," if self.layer_drops else "")
+                                 + " counted")
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 
@@ -171,6 +184,45 @@ class LMCacheEngineInstrumentation(Instrumentation):
         dropped = chunks - stored
         if dropped > 0:
             self.offload.drop(dropped)
+
+    def layer_copy_seen(self, backend: LMCacheInstrumentation, starts: Any) -> None:
+        """A layerwise ``store_layer`` copies chunks starting at ``starts`` while an
+        allocation refusal is outstanding: remembered (the last start) if the refusal was
+        in this thread, with the backend's refusal counter now."""
+        ident = threading.get_ident()
+        if ident in backend.refused_in and starts:
+            self.copied[ident] = (max(starts), backend.refusals)
+
+    def count_layer_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
+                          mask: Any, request_configs: Any) -> None:
+        """Count, on the gpu->host link, the objects of the chunks a layerwise
+        ``store_layer`` did not store; called after its first step (where LMCache
+        allocates every chunk's layers) when the backend's refusal counter (``refusals``
+        before it) moved.
+
+        LMCache walks the call's chunks in order, skips those it holds already, allocates
+        the layers of each other one and stops at the first allocation refused: the
+        chunks before that were stored or held, and every chunk from there on that no
+        backend holds is dropped (the refused one, and those LMCache never reached), each
+        ``num_layers`` objects. The chunks the call stores are not yet put when this
+        runs; they all start at or before the last one its connector copies.
+        """
+        ident = threading.get_ident()
+        refused_at = backend.refused_in.pop(ident, 0)
+        last, stamp = self.copied.pop(ident, (-1, 0))
+        engine = self.target
+        if refused_at <= refusals or getattr(engine.storage_manager, "allocator_backend",
+                                             None) is not backend.target:
+            return                        # another thread's refusal; PD allocates elsewhere
+        if stamp <= refusals:             # a copy before the call: none copied in it
+            last = -1
+        layers, where = self.keys_per_chunk, engine.retrieve_locations
+        held = engine.storage_manager.contains
+        dropped = sum(1 for start, end, key in engine.token_database.process_tokens(
+            tokens=tokens, mask=mask, request_configs=request_configs)
+            if end > start and start > last and not held(key.split_layers(layers)[0], where))
+        if dropped:
+            self.offload.drop(dropped * layers)
 
 
 # --- readers of the engine ------------------------------------------------------------
@@ -298,7 +350,33 @@ CONNECTOR_SPEC = AdapterSpec(CONNECTOR_COMPONENT, ("GPUConnectorInterface",), (
 
 # --- a layerwise connector's copies (generators, one layer per step) ----------------------
 
-class LayerCopies:
+class _EngineSteps:
+    """An engine generator stepped through a proxy: every value, exception (``StopIteration``
+    included), ``throw`` and ``close`` is the engine's own; subclasses read around
+    :meth:`send`."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, steps: Any) -> None:
+        self._steps = steps
+
+    def __iter__(self) -> _EngineSteps:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def send(self, value: Any) -> Any:
+        return self._steps.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._steps.throw(*args)
+
+    def close(self) -> None:
+        self._steps.close()
+
+
+class LayerCopies(_EngineSteps):
     """A layerwise GPU connector's copy generator, counted layer by layer as LMCache
     drives it (``store_layer`` / ``retrieve_layer`` step it once per model layer).
 
@@ -327,47 +405,77 @@ class LayerCopies:
         (4, 256, 0.0)
     """
 
-    __slots__ = ("_copies", "_inst", "_out", "_steps")
+    __slots__ = ("_done", "_inst", "_out")
 
     def __init__(self, copies: Any, inst: _LinkInstrumentation, out: Any = None) -> None:
-        self._copies = copies
+        super().__init__(copies)
         self._inst = inst
         self._out = out          # out: the layer-major lists; in: None (sent per layer)
-        self._steps = 0
-
-    def __iter__(self) -> LayerCopies:
-        return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
+        self._done = 0           # out: steps returned
 
     def send(self, value: Any) -> Any:
         """Step the engine's generator with ``value``; count the layer the step copied."""
-        result = self._copies.send(value)
+        result = self._steps.send(value)
         try:
             self._copied(value)
         except Exception as exc:          # the copy went on; kvobs's count did not
             self._inst.error(CONNECTOR_COMPONENT, exc)
         return result
 
-    def throw(self, *args: Any) -> Any:
-        return self._copies.throw(*args)
-
-    def close(self) -> None:
-        self._copies.close()
-
     def _copied(self, sent: Any) -> None:
         out = self._out
         if out is None:
             layer, link = sent, self._inst.onload
         else:
-            step, self._steps = self._steps, self._steps + 1
+            step, self._done = self._done, self._done + 1
             if step >= len(out):          # the last step only waits for the copies
                 return
             layer, link = out[step], self._inst.offload
         if layer:
             chunks, nbytes = len(layer), sum(obj.get_size() for obj in layer)
             link.transfer(chunks, nbytes)
+
+
+class _StoreLayerSteps(_EngineSteps):
+    """A layerwise ``store_layer``'s generator: its first step allocates every chunk's
+    layers (and copies the first); when an allocation was refused during it, the chunks
+    it dropped are counted (:meth:`LMCacheEngineInstrumentation.count_layer_drops`)."""
+
+    __slots__ = ("_call", "_inst")
+
+    def __init__(self, steps: Any, inst: LMCacheEngineInstrumentation,
+                 call: tuple[Any, Any, Any] | None) -> None:
+        super().__init__(steps)
+        self._inst = inst
+        self._call = call        # (tokens, mask, request_configs) until the first step
+
+    def send(self, value: Any) -> Any:
+        call, self._call = self._call, None
+        backend = self._inst.backend
+        if call is None or backend is None:
+            return self._steps.send(value)
+        refusals = backend.refusals
+        result = self._steps.send(value)
+        if backend.refusals != refusals:  # rare: nothing more read on a step otherwise
+            try:
+                self._inst.count_layer_drops(backend, refusals, *call)
+            except Exception as exc:      # LMCache's store goes on; the count did not
+                self._inst.error(COMPONENT, exc)
+        return result
+
+
+def _count_store_layer_drops(inst: LMCacheEngineInstrumentation) -> None:
+    """Wrap the engine's ``store_layer`` so that its generator counts its drops."""
+    store_layer = inst.target.store_layer
+
+    def counted_store_layer(tokens: Any, mask: Any = None, **kwargs: Any) -> Any:
+        steps = store_layer(tokens, mask, **kwargs)
+        call = (tokens, mask, kwargs.get("request_configs")) if inst.layer_drops else None
+        return _StoreLayerSteps(steps, inst, call)
+
+    functools.update_wrapper(counted_store_layer, store_layer,
+                             assigned=("__name__", "__qualname__", "__doc__"), updated=())
+    inst.install("store_layer", counted_store_layer)
 
 
 #: A layerwise connector: its two copy calls return generators (wrapped, not read).
@@ -377,9 +485,12 @@ LAYERWISE_CONNECTOR_SPEC = AdapterSpec(CONNECTOR_COMPONENT, ("GPUConnectorInterf
 ))
 
 
-def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST
+def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST,
+                            engine: LMCacheEngineInstrumentation | None = None
                             ) -> _LinkInstrumentation:
-    """Count a layerwise GPU connector's copies layer by layer (:class:`LayerCopies`).
+    """Count a layerwise GPU connector's copies layer by layer (:class:`LayerCopies`);
+    with ``engine`` (its engine's instrumentation), a copy made while an allocation
+    refusal is outstanding tells that engine which chunks its ``store_layer`` stored.
 
     Raises:
         AdapterError: not a GPU connector, or already instrumented.
@@ -387,12 +498,18 @@ def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST
     spec = LAYERWISE_CONNECTOR_SPEC
     inst = begin(connector, spec.kinds, spec.hooks, spec.component,
                  lambda active: _LinkInstrumentation(connector, spec.component, active, rec,
-                                                     tier))
+                                                     tier, engine))
     if not inst.active:
         return inst
     copy_out, copy_in = connector.batched_from_gpu, connector.batched_to_gpu
 
     def batched_from_gpu(memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> Any:
+        backend = engine.backend if engine is not None else None
+        if backend is not None and backend.refused_in:   # a store cut short: which chunks
+            try:
+                engine.layer_copy_seen(backend, starts)  # type: ignore[union-attr]
+            except Exception as exc:
+                inst.error(CONNECTOR_COMPONENT, exc)
         return LayerCopies(copy_out(memory_objs, starts, ends, **kwargs), inst, memory_objs)
 
     def batched_to_gpu(starts: Any, ends: Any, **kwargs: Any) -> Any:
@@ -467,7 +584,9 @@ def instrument_lmcache_engine(engine: Any, rec: Recorder, *, tier: str = HOST,
     connector = engine.gpu_connector
     if connector is not None and engine.use_layerwise:   # copies moved by generators
         links += _optional(connector, LAYERWISE_CONNECTOR_SPEC,
-                           lambda: instrument_layer_copies(connector, rec, tier))
+                           lambda: instrument_layer_copies(connector, rec, tier, inst))
+        if links and links[0].active:     # its copies tell which chunks a store kept
+            _count_store_layer_drops(inst)
     elif connector is not None:           # None in a scheduler-side engine
         links += _optional(connector, CONNECTOR_SPEC, lambda: instrument(
             connector, CONNECTOR_SPEC, lambda active: _LinkInstrumentation(

@@ -246,3 +246,93 @@ def test_refusals_outside_the_store_count_no_drop(pressed):
         (48, 48, None), (48, 48, None), (32, 0, 0)]
     assert [s.kvobs_drops for s in (x, whole, z)] == [0, 0, 2] == \
         [s.lmcache_dropped_chunks for s in (x, whole, z)]
+
+
+@dataclasses.dataclass
+class LayerStoreAccount:
+    """One layerwise ``store_layer`` call as LMCache accounts for it, and kvobs's drops."""
+
+    name: str
+    held: int                 # tokens asked to be stored that LMCache held before (the
+                              # prefix its lookup found, less the mask's False prefix)
+    requested: int            # tokens it was asked to store (its stats monitor)
+    stored: int               # tokens it stored (the same request, finished)
+    kvobs_drops: int          # objects: a chunk is one per layer
+
+    @property
+    def lmcache_dropped_chunks(self) -> int:
+        return -(-(self.requested - self.held - self.stored) // CHUNK)
+
+
+@pytest.fixture
+def layers_pressed():
+    instance = f"{INSTANCE}-layerwise"
+    engine = build_engine(host_chunks=HOST, instance=instance, layerwise=True)
+    rec = Recorder(engine="lmcache", model="tiny-llama")
+    inst = instrument_lmcache_engine(engine, rec)
+    engine.post_init()
+    assert inst.active and inst.backend is not None and inst.layer_drops
+    try:
+        yield engine, rec
+    finally:
+        inst.unwrap()
+        destroy(instance)
+
+
+def test_layerwise_drops_equal_the_chunks_lmcache_did_not_store(layers_pressed):
+    """``use_layerwise``: ``store_layer`` allocates each chunk's layers together
+    (``batched_allocate``) in its first step, skips the chunks it holds and stops at the
+    first allocation refused. kvobs counts, per call, every layer object of the chunks
+    LMCache neither held nor stored: against LMCache's account (the tokens its monitor
+    registered for the store and those it finished with, less the prefix its own lookup
+    said it held before the call); the conformance kit checks after every call."""
+    engine, rec = layers_pressed
+    monitor = engine.stats_monitor
+    paged = torch.zeros(2, LAYERS, GPU_BLOCKS * CHUNK, HEADS, DIM, dtype=torch.float16)
+    kit = Conformance(rec)
+    # every object (one layer of a chunk, rounded up to LMCache's 4 KiB) takes a 4 KiB slot
+    assert engine.storage_manager.local_cpu_backend.calculate_chunk_budget() == HOST
+
+    def store(name: str, tokens: list[int], mask: torch.Tensor | None = None
+              ) -> LayerStoreAccount:
+        unmasked = 0 if mask is None else int((~mask).sum())
+        held = max(engine.lookup(tokens=tokens, lookup_id=f"probe-{name}") - unmasked, 0)
+        request_id, asked = monitor.store_request_id, monitor.interval_stored_tokens
+        before = rec.snapshot().link("gpu", "host").drops
+        for _ in engine.store_layer(tokens, mask, kvcaches=paged, sync=False,
+                                    slot_mapping=torch.arange(len(tokens)),
+                                    req_id=name):
+            pass             # a layer copied is put one step later: check between calls
+        kit.check(name)
+        request = monitor.store_requests[request_id]
+        return LayerStoreAccount(name, held, monitor.interval_stored_tokens - asked,
+                                 request.num_tokens,
+                                 rec.snapshot().link("gpu", "host").drops - before)
+
+    a = fresh(2 * CHUNK, 1000)                       # 2 chunks = 4 objects, room for 8
+    calm = store("calm", a)
+    assert engine.lookup(tokens=a, lookup_id="pin-a", pin=True) == 2 * CHUNK
+    b = fresh(3 * CHUNK, 2000)                       # 3 chunks, room for 2
+    partial = store("partial", b)
+    assert engine.lookup(tokens=b, lookup_id="pin-b", pin=True) == 2 * CHUNK  # all pinned
+    again = store("again", b)                        # its 2 held chunks skipped, 1 refused
+    early = store("early", fresh(2 * CHUNK, 3000))   # room for none
+    masked_tokens = a + fresh(CHUNK, 4000)           # the connector's mask: a is stored
+    mask = torch.ones(len(masked_tokens), dtype=torch.bool)
+    mask[:2 * CHUNK] = False
+    masked = store("masked", masked_tokens, mask)
+    engine.lookup_unpin("pin-a")
+    engine.lookup_unpin("pin-b")
+    evicting = store("evicting", fresh(3 * CHUNK, 5000))   # full but evictable: no drop
+
+    accounts = [calm, partial, again, early, masked, evicting]
+    # LMCache's figures, call by call: (held, requested, stored) tokens
+    assert [(s.held, s.requested, s.stored) for s in accounts] == [
+        (0, 32, 32), (0, 48, 32), (32, 48, 0), (0, 32, 0), (0, 16, 0), (0, 48, 48)]
+    assert [s.lmcache_dropped_chunks for s in accounts] == [0, 1, 1, 2, 1, 0]
+    for s in accounts:       # every layer of each chunk LMCache did not store
+        assert s.kvobs_drops == s.lmcache_dropped_chunks * LAYERS, s
+    link = rec.snapshot().link("gpu", "host")
+    assert link.drops == 5 * LAYERS
+    assert link.blocks == (2 + 2 + 3) * LAYERS      # the chunks it stored, every layer copied
+    assert rec.snapshot().errors == {}
