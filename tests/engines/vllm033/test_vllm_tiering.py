@@ -46,11 +46,14 @@ from kvobs.adapters.vllm.tiering import (
 from kvobs.recorder import Recorder
 from kvobs.testing import Conformance, capture_telemetry
 from tests.engines.vllm033.vllm_engine import (
+    SCHEDULING,
     EngineDriver,
+    StepRecord,
+    _Launched,
+    _nothing,
     build_vllm_config,
     layer_specs,
     plan_kv_cache,
-    sampled_tokens,
 )
 
 BLOCK = 16
@@ -123,8 +126,10 @@ def worker_connector(scheduler: Scheduler | None = None, timed: bool = True, *,
 
 class WorkerLoop(EngineDriver):
     """:class:`EngineDriver` whose worker side is vLLM's worker-side connector: each
-    step binds the scheduler's connector metadata, starts loads, defers stores, and
-    returns the finished loads and the worker metadata, as vLLM's model runner does."""
+    batch binds the scheduler's connector metadata, starts loads, defers stores, and
+    returns the finished loads and the worker metadata, as vLLM's model runner does.
+    Stepped as the engine core steps it (:func:`step_with_batch_queue`): with async
+    scheduling the workers run a batch before the batch ahead of it is processed."""
 
     def __init__(self, scheduler: Scheduler, connector: OffloadingConnector,
                  settle: bool = True) -> None:
@@ -139,8 +144,10 @@ class WorkerLoop(EngineDriver):
         manager = self.offloading_manager
         return bool(self.scheduler.has_requests() or manager.has_pending_work())
 
-    def step(self) -> Any:
+    def _launch(self) -> _Launched:
+        """``schedule()`` and the workers' run of the batch: its model-runner output."""
         out = self.scheduler.schedule()
+        self.observe_block_tables()
         meta = out.kv_connector_metadata
         connector = self.connector
         connector.handle_preemptions(meta)
@@ -153,19 +160,21 @@ class WorkerLoop(EngineDriver):
         ids = list(out.num_scheduled_tokens)
         runner_output = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[sampled_tokens(self.scheduler, out, r) for r in ids],
+            sampled_token_ids=[self._sample(out, r) for r in ids],
             kv_connector_output=KVConnectorOutput(finished_recving=recving or None,
                                                   kv_connector_worker_meta=worker_meta))
-        engine_outputs = self.scheduler.update_from_output(out, runner_output)
-        stats = self._read_stats(engine_outputs)
-        connector_hits = getattr(stats, "connector_prefix_cache_stats", None)
+        return _Launched(out, runner_output, [], [], _nothing, 0.0)
+
+    def _process(self, launched: _Launched) -> StepRecord:
+        """``update_from_output()`` of the oldest batch; vLLM's hits by source."""
+        record = super()._process(launched)
+        connector_hits = getattr(record.stats, "connector_prefix_cache_stats", None)
         if connector_hits is not None:
             self.disk_hits_by_vllm += connector_hits.hits_by_source.get(CacheHitSource.DISK, 0)
             self.host_hits_by_vllm += connector_hits.hits_by_source.get(CacheHitSource.HOST, 0)
-        self.steps += 1
         if self.settle:
             self.settle_tiers()
-        return out
+        return record
 
     def settle_tiers(self) -> None:
         """Wait for the file-system tier's I/O, then let vLLM's manager take the results
@@ -197,13 +206,15 @@ class WorkerLoop(EngineDriver):
 
 def tiering_scheduler(tmp_path: Path, *, gpu_blocks: int = 16, host_chunks: int = 8,
                       secondary: dict[str, Any] | None = None,
-                      kv_events: bool = False) -> Scheduler:
+                      kv_events: bool = False, async_scheduling: bool = False) -> Scheduler:
     """A real Scheduler whose offloading connector runs ``TieringOffloadingSpec`` with a
     file-system tier under ``tmp_path / "fs"`` (or the ``secondary`` tier config);
-    ``kv_events``: vLLM's KV cache events on (its tiers then record OffloadingEvents)."""
+    ``kv_events``: vLLM's KV cache events on (its tiers then record OffloadingEvents);
+    ``async_scheduling``: the class vLLM's engine core then builds (``AsyncScheduler``)."""
     page = next(iter(layer_specs().values())).page_size_bytes * len(layer_specs())
     config = build_vllm_config(tmp_path, cpu_bytes=page * host_chunks,
-                               max_model_len=(gpu_blocks - 1) * BLOCK, kv_events=kv_events)
+                               max_model_len=(gpu_blocks - 1) * BLOCK, kv_events=kv_events,
+                               async_scheduling=async_scheduling)
     extra = config.kv_transfer_config.kv_connector_extra_config  # type: ignore[union-attr]
     extra["spec_name"] = "TieringOffloadingSpec"
     extra["tier_poll_interval_s"] = 0  # serviced per step, as vLLM does without peers
@@ -212,8 +223,10 @@ def tiering_scheduler(tmp_path: Path, *, gpu_blocks: int = 16, host_chunks: int 
         "n_write_threads": 2}]
     kv_config = plan_kv_cache(config, layer_specs(), gpu_blocks)
     config.cache_config.num_gpu_blocks = gpu_blocks
-    return Scheduler(config, kv_config, StructuredOutputManager(config), block_size=BLOCK,
-                     log_stats=True)
+    scheduler_cls = config.scheduler_config.get_scheduler_cls()
+    assert issubclass(scheduler_cls, Scheduler), scheduler_cls
+    return scheduler_cls(config, kv_config, StructuredOutputManager(config), block_size=BLOCK,
+                         log_stats=True)
 
 
 def prompt(conversation: int, blocks: int) -> list[int]:
@@ -221,10 +234,11 @@ def prompt(conversation: int, blocks: int) -> list[int]:
     return [1000 * (conversation + 1) + i for i in range(blocks * BLOCK + 1)]
 
 
-@pytest.fixture
-def loop(tmp_path):
-    scheduler = tiering_scheduler(tmp_path)
+@pytest.fixture(params=[False, True], ids=["sync", "async"])
+def loop(tmp_path, request):
+    scheduler = tiering_scheduler(tmp_path, async_scheduling=request.param)
     driver = WorkerLoop(scheduler, worker_connector(scheduler))
+    assert driver.batch_queue_size == (2 if request.param else 1)
     yield driver
     driver.offloading_manager.shutdown()
 
@@ -296,8 +310,9 @@ def assert_transfers_are_vllms(loop: WorkerLoop, cascade: Any, promote: Any) -> 
     assert "vllm:kv_offload_tiering_promotion_job_failures" not in vllm
 
 
-def test_promotions_in_flight_are_in_use_between_steps(tmp_path):
-    scheduler = tiering_scheduler(tmp_path)
+@SCHEDULING
+def test_promotions_in_flight_are_in_use_between_steps(tmp_path, async_scheduling):
+    scheduler = tiering_scheduler(tmp_path, async_scheduling=async_scheduling)
     loop = WorkerLoop(scheduler, worker_connector(scheduler), settle=False)
     try:
         rec = Recorder(engine="vllm")
@@ -367,10 +382,11 @@ def test_not_a_tiering_manager_is_refused():
         instrument_tiering(object(), Recorder(), block_tokens=16)
 
 
-@pytest.fixture
-def wide_host_loop(tmp_path):
+@pytest.fixture(params=[False, True], ids=["sync", "async"])
+def wide_host_loop(tmp_path, request):
     """A host tier (12 chunks) wider than the GPU pool (11 blocks): host hits happen."""
-    scheduler = tiering_scheduler(tmp_path, gpu_blocks=12, host_chunks=12)
+    scheduler = tiering_scheduler(tmp_path, gpu_blocks=12, host_chunks=12,
+                                  async_scheduling=request.param)
     driver = WorkerLoop(scheduler, worker_connector(scheduler))
     yield driver
     driver.offloading_manager.shutdown()
@@ -413,13 +429,15 @@ class PrimaryEvents:
         return len(self.holding)
 
 
-def test_tiering_host_tier_equals_the_primary_tier_s_events(tmp_path):
+@SCHEDULING
+def test_tiering_host_tier_equals_the_primary_tier_s_events(tmp_path, async_scheduling):
     """The host tier's occupancy and counters against the CPU primary tier's own
     OffloadingEvents, not its fields: at every step, the chunks kvobs counts resident
     less those being written (vLLM's count of pending writes) are the chunks the events
     say hold data; at the end, the chunks stored by the events are kvobs's stores plus
     the promotions landed from disk, and the chunks removed are kvobs's evictions."""
-    scheduler = tiering_scheduler(tmp_path, gpu_blocks=12, host_chunks=12, kv_events=True)
+    scheduler = tiering_scheduler(tmp_path, gpu_blocks=12, host_chunks=12, kv_events=True,
+                                  async_scheduling=async_scheduling)
     loop = WorkerLoop(scheduler, worker_connector(scheduler))
     try:
         rec = Recorder(engine="vllm")
@@ -482,6 +500,7 @@ def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, 
                 "disk": (in_flight, loop.disk_files(root) - in_flight)}
 
     kit = Conformance(rec, truth=truth)
+    overlapped = 0  # steps that ended with the next batch already scheduled (async)
     for turn in range(3):
         for conv in (*range(6), 2):  # back after 3 others: off the GPU, still on the host
             loop.add(f"c{conv}-t{turn}-{loop.steps}", prompt(conv, 3), max_tokens=2)
@@ -489,7 +508,9 @@ def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, 
                 if not loop.busy:
                     break
                 loop.step()
+                overlapped += bool(loop._batch_queue)
                 kit.check(f"turn {turn} conv {conv} step {loop.steps}")
+    assert (overlapped > 0) == (loop.batch_queue_size == 2), overlapped
     snap = kit.check("end")
     host, offload = snap.tier("host"), snap.link("gpu", "host")
     assert host.stores == offload.blocks > 0  # promotions are not stores
