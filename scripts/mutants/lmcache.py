@@ -59,6 +59,16 @@ def mutants() -> list[m.Mutant]:
                  "self.copied[ident] = (0 * chunks, backend.refusals)"),
         m.Mutant("store.drops:copies not subtracted", engine,
                  "stored = copied if stamp > refusals else 0", "stored = 0"),
+        # the reuse profile of a layerwise engine: a chunk's keys once, its size in chunks
+        m.Mutant("layerwise.profile:no lookup keys", engine,
+                 "if backend.keyed and inst.keys_per_chunk > 1:",
+                 "if backend.keyed and inst.keys_per_chunk > 1 and False:"),
+        m.Mutant("layerwise.profile:every layer written", backend,
+                 "if inst.keyed and not getattr(key, \"layer_id\", 0) and",
+                 "if inst.keyed and"),
+        m.Mutant("layerwise.profile:size in blocks", engine,
+                 "capacity_blocks=max(inst.tier.capacity_blocks // layers, 1))",
+                 "capacity_blocks=max(inst.tier.capacity_blocks, 1))"),
         # objects a layerwise store_layer dropped: chunks neither held nor stored, x layers
         *m.recorder_call("store_layer.drops", engine, "self.offload.drop(dropped * layers)",
                          "dropped * layers"),

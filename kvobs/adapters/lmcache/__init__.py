@@ -105,13 +105,15 @@ under per-layer keys: allocated together (``batched_allocate``), put one layer p
 it is) worth ``chunk_size / num_layers`` of the model's tokens: capacity, occupancy and
 flows in tokens and bytes are what LMCache's memory holds. Where that share is no whole
 number the tier's ``block_tokens`` is 0 and its token figures are left out (no token
-series, ``None`` in the capacity event), never rounded; lookups carry no profile keys and
-one warning names what is not counted. The layerwise connector's copies are generators
-that ``store_layer`` / ``retrieve_layer`` step once per layer: each step is counted as it
-returns, one transfer of that layer's objects (:class:`~.engine.LayerCopies`), with no
-seconds, since LMCache times no layerwise copy; so the host pool's onload cost is
-unknown there, and its net benefit is not exported (onloads without seconds are never
-taken as free).
+series, ``None`` in the capacity event), never rounded. The reuse profile counts chunks
+there (a lookup's chunks as LMCache chunks its arguments, a stored chunk written once, by
+its first layer; the profile's size the host tier's blocks over the layers), and one
+warning says what the blocks are and what is not counted. The layerwise connector's
+copies are generators that ``store_layer`` / ``retrieve_layer`` step once per layer: each
+step is counted as it returns, one transfer of that layer's objects
+(:class:`~.engine.LayerCopies`), with no seconds, since LMCache times no layerwise copy;
+so the host pool's onload cost is unknown there, and its net benefit is not exported
+(onloads without seconds are never taken as free).
 
 Supported: LMCache 0.5.6 (``lmcache.v1``), the engine on CPU or GPU.
 """

@@ -16,7 +16,8 @@ hash of the chunk's tokens). The engine's lookup passes the keys this backend wa
 for (every chunk of the prompt, read in ``batched_contains``); a new chunk landing here
 (``submit_put_task``) whose key no recent lookup asked for (a chunk of generated tokens,
 stored by the connector's ``save_decode_cache``, or a ``store`` nobody looked up) goes to
-``rec.written``, once: a duplicate put lands nothing.
+``rec.written``, once: a duplicate put lands nothing, and a layerwise chunk, put as one
+object a layer, is written by its first layer's.
 
 So ``in_use == allocations + reuses - frees`` and ``cached == frees_to_cache + stores -
 reuses - evictions`` hold exactly, duplicate puts and reads included. Occupancy itself
@@ -171,7 +172,8 @@ def _put(inst: LMCacheInstrumentation, new: bool, result: Any, key: Any, memory_
         inst.cached_ids.add(id(memory_obj))
         inst.tier.free(1)                 # the writer's chunk leaves "in use"...
         inst.tier.store(1, keys=(key,))   # ...and lands in the cache: an offload
-        if inst.keyed and not inst.was_looked_up(key.chunk_hash):
+        if inst.keyed and not getattr(key, "layer_id", 0) and \
+                not inst.was_looked_up(key.chunk_hash):   # (a layerwise chunk: its first layer)
             inst.rec.written((key.chunk_hash,))   # no lookup asked for it: written
 
 

@@ -8,9 +8,12 @@ lookup client), ``retrieve``, ``lookup_unpin``, ``store``, ``clear``. kvobs wrap
   the hit tokens LMCache returns: those found in the ``LocalCPUBackend`` (the first
   backend LMCache probes) as ``host_hit``, the rest of the prefix (any later backend:
   local disk, remote) as ``disk_hit``, with the chunk hashes LMCache asked the backend
-  for as the reuse profile's keys (not for layerwise lookups, which ask per chunk and
-  stop at the first miss; chunks stored with no lookup: :mod:`.backend`). A lookup of an
-  unhealthy engine (LMCache answers 0 without counting it) is not counted either;
+  for as the reuse profile's keys (a layerwise lookup asks per chunk and stops at the
+  first miss: its keys are then LMCache's chunking of the same arguments,
+  ``token_database.process_tokens``, one per chunk, and the profile's size is the host
+  tier's chunks, its blocks over the layers; chunks stored with no lookup:
+  :mod:`.backend`). A lookup of an unhealthy engine (LMCache answers 0 without counting
+  it) is not counted either;
 * the engine's ``post_init``, where LMCache builds its ``StorageManager``: the
   ``LocalCPUBackend`` is instrumented there (:mod:`kvobs.adapters.lmcache.backend`), or
   at once if the engine is already post-initialised;
@@ -66,8 +69,8 @@ COMPONENT = "lmcache.engine"
 #: Storage backends whose ``contains`` kvobs may ask (local lookups, no I/O): a layerwise
 #: store's drops are counted only where every backend is one of these.
 LOCAL_BACKENDS = {"LocalCPUBackend", "LocalDiskBackend"}
-_REMOTE_DROPS = (" nor, with a storage backend other than LMCache's local CPU and disk "
-                 "ones, the chunks a store_layer finds no room for")
+_REMOTE_DROPS = ("; with a storage backend other than LMCache's local CPU and disk ones, "
+                 "the chunks a store_layer finds no room for are not counted")
 CONNECTOR_COMPONENT = "lmcache.gpu_connector"
 MONITOR_COMPONENT = "lmcache.stats_monitor"
 
@@ -127,9 +130,13 @@ class LMCacheEngineInstrumentation(Instrumentation):
             block_bytes=object_bytes(backend, backend.get_full_chunk_size_bytes()),
             capacity_blocks=self.capacity_blocks, tier=self.tier_name)
         if inst.active:                   # else one warning said why; hits count as host
-            inst.keyed = bool(self.rec.profile_reuse) and layers == 1
+            inst.keyed = bool(self.rec.profile_reuse)
             if layers > 1:
                 self.layer_drops = set(manager.storage_backends) <= LOCAL_BACKENDS
+                if inst.keyed:            # its keys are chunks: a chunk is `layers` blocks
+                    self.rec.start_reuse_profile(
+                        capacity_blocks=max(inst.tier.capacity_blocks // layers, 1))
+                remote = "" if self.layer_drops else _REMOTE_DROPS
                 tokens = (f"each holds {self.chunk_tokens // layers} tokens" if exact else
                           f"its capacity in tokens is left out ({self.chunk_tokens} tokens "
                           f"over {layers} layers is no whole number per block)")
@@ -138,10 +145,10 @@ class LMCacheEngineInstrumentation(Instrumentation):
                           component=COMPONENT, setting="use_layerwise",
                           problem=f"the host tier's blocks are LMCache's memory objects, one "
                                   f"layer of a chunk each ({layers} per chunk): {tokens}; "
-                                  f"the reuse profile's keys are not counted"
-                                  f"{'' if self.layer_drops else _REMOTE_DROPS}, and "
-                                  f"LMCache times no layerwise copy: the host pool's "
-                                  f"onload seconds (its net benefit) stay unknown",
+                                  f"the reuse profile counts chunks (a chunk's "
+                                  f"{layers} blocks as one key){remote}; LMCache times "
+                                  f"no layerwise copy: the host pool's onload seconds "
+                                  f"(its net benefit) stay unknown",
                           action="host tier (capacity, occupancy, allocations, stores, "
                                  "hits, evictions), lookups and the copies layer by layer "
                                  "(blocks, bytes)"
@@ -240,6 +247,7 @@ def _looking_up(inst: LMCacheEngineInstrumentation, tokens: Any = None, hashes: 
 
 
 def _looked_up(inst: LMCacheEngineInstrumentation, tokens: int | None, hit: int,
+               token_ids: Any = None, hashes: Any = None, offsets: Any = None,
                *args: Any, **kwargs: Any) -> None:
     if tokens is None:
         return
@@ -249,6 +257,13 @@ def _looked_up(inst: LMCacheEngineInstrumentation, tokens: int | None, hit: int,
         backend.probing = None
         host = min(hit, backend.found // inst.keys_per_chunk * inst.chunk_tokens)
         probed, backend.probe_keys = backend.probe_keys, None
+        if backend.keyed and inst.keys_per_chunk > 1:
+            # a layerwise lookup asks for each chunk's layers in turn and stops at its
+            # first miss: its chunks are LMCache's chunking of the same arguments
+            configs = kwargs.get("request_configs", args[3] if len(args) > 3 else None)
+            probed = [key for start, end, key in inst.target.token_database.process_tokens(
+                tokens=token_ids, hashes=hashes, offsets=offsets, request_configs=configs)
+                if end > start]
         if probed is not None and backend.keyed:
             keys = backend.looked_up(probed)
     inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host, keys=keys)
