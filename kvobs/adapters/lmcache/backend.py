@@ -63,9 +63,9 @@ class LMCacheInstrumentation(Instrumentation):
         found: chunks this backend found (``batched_contains``) during the engine
             lookup now running in thread ``probing``; the engine's lookup hook reads it.
         probing: ident of the thread whose engine lookup is probing, else None.
-        keyed: feed the reuse profile (the engine sets it: a profile is kept and
-            lookups are not layerwise); ``probe_keys`` are then the keys the running
-            lookup asked for.
+        keyed: feed the reuse profile (the engine sets it: a profile is kept);
+            ``probe_keys`` are then the keys the running lookup asked for (a layerwise
+            lookup's keys the engine makes itself: it asks per chunk).
         refusals: ``allocate`` / ``batched_allocate`` calls that returned None (no room,
             nothing evictable), in any thread: the engine's ``store`` (a layerwise
             ``store_layer``'s first step) reads it before and after, and looks closer only

@@ -37,6 +37,14 @@ lookup client), ``retrieve``, ``lookup_unpin``, ``store``, ``clear``. kvobs wrap
   first allocation failed). Stores LMCache skips (unhealthy, passive, frozen) allocate
   nothing and count nothing; without an instrumented GPU connector nothing is counted
   (the copied chunks would be unknown).
+
+With ``use_layerwise`` the copies and the stores are generators, stepped once per layer
+of the forward pass: the connector's two copy calls return :class:`LayerCopies` (a layer
+counted as its step returns, no seconds), and the engine's ``store_layer`` returns a
+:class:`_StoreLayerSteps`, whose first step (where LMCache allocates every chunk's layers
+with ``batched_allocate``) counts the drops
+(:meth:`LMCacheEngineInstrumentation.count_layer_drops`). The reuse profile then counts
+chunks, and its size is the host tier's chunks (its blocks over the layers).
 """
 
 from __future__ import annotations
@@ -69,8 +77,7 @@ COMPONENT = "lmcache.engine"
 #: Storage backends whose ``contains`` kvobs may ask (local lookups, no I/O): a layerwise
 #: store's drops are counted only where every backend is one of these.
 LOCAL_BACKENDS = {"LocalCPUBackend", "LocalDiskBackend"}
-_REMOTE_DROPS = ("; with a storage backend other than LMCache's local CPU and disk ones, "
-                 "the chunks a store_layer finds no room for are not counted")
+_NO_LAYER_DROPS = "; the chunks a store_layer finds no room for are not counted"
 CONNECTOR_COMPONENT = "lmcache.gpu_connector"
 MONITOR_COMPONENT = "lmcache.stats_monitor"
 
@@ -92,7 +99,8 @@ class LMCacheEngineInstrumentation(Instrumentation):
             backend's refusal counter then (layerwise: the start of the last chunk it
             copies, not the count).
         layer_drops: a layerwise ``store_layer`` that finds no room counts its drops
-            (every storage backend is local: kvobs asks them which chunks they hold).
+            (its wrapper is in place, and every storage backend is local: kvobs asks them
+            which chunks they hold).
     """
 
     def __init__(self, engine: Any, rec: Recorder, active: bool, tier_name: str,
@@ -108,6 +116,7 @@ class LMCacheEngineInstrumentation(Instrumentation):
         self.copies_seen = False
         self.copied: dict[int, tuple[int, int]] = {}
         self.layer_drops = False
+        self.store_layer_wrapped = False  # _count_store_layer_drops installed
 
     def attach_backend(self) -> None:
         """Instrument the engine's ``LocalCPUBackend`` (once it exists)."""
@@ -132,11 +141,14 @@ class LMCacheEngineInstrumentation(Instrumentation):
         if inst.active:                   # else one warning said why; hits count as host
             inst.keyed = bool(self.rec.profile_reuse)
             if layers > 1:
-                self.layer_drops = set(manager.storage_backends) <= LOCAL_BACKENDS
+                self.layer_drops = self.store_layer_wrapped and \
+                    set(manager.storage_backends) <= LOCAL_BACKENDS
                 if inst.keyed:            # its keys are chunks: a chunk is `layers` blocks
                     self.rec.start_reuse_profile(
                         capacity_blocks=max(inst.tier.capacity_blocks // layers, 1))
-                remote = "" if self.layer_drops else _REMOTE_DROPS
+                remote = "" if self.layer_drops else _NO_LAYER_DROPS + (
+                    " (a storage backend other than LMCache's local CPU and disk ones)"
+                    if self.store_layer_wrapped else " (a GPU connector kvobs does not know)")
                 tokens = (f"each holds {self.chunk_tokens // layers} tokens" if exact else
                           f"its capacity in tokens is left out ({self.chunk_tokens} tokens "
                           f"over {layers} layers is no whole number per block)")
@@ -212,7 +224,11 @@ class LMCacheEngineInstrumentation(Instrumentation):
         chunks before that were stored or held, and every chunk from there on that no
         backend holds is dropped (the refused one, and those LMCache never reached), each
         ``num_layers`` objects. The chunks the call stores are not yet put when this
-        runs; they all start at or before the last one its connector copies.
+        runs; they all start at or before the last one its connector copies. Exact but in
+        one case: a chunk the call skipped as held that LMCache evicted while making room
+        for the refused one (it evicts a whole chunk and retries, so only where objects
+        differ in size, a partial chunk, or another thread evicted it meanwhile) counts
+        as dropped.
         """
         ident = threading.get_ident()
         refused_at = backend.refused_in.pop(ident, 0)
@@ -400,8 +416,9 @@ class LayerCopies(_EngineSteps):
     In (``batched_to_gpu(starts, ends)``): LMCache sends each layer's memory objects, and
     the step that receives them copies them, so it counts what was sent. A layer counts
     once its step returned (a step that raised copied nothing kvobs can vouch for), one
-    transfer of that layer's objects (the host tier's blocks) and their bytes, no
-    seconds (LMCache times no layerwise copy). Every other use of the generator (its
+    transfer of that layer's objects (the host tier's blocks) and their bytes (read on the
+    first layer: LMCache allocates every layer of a chunk in one shape), no seconds
+    (LMCache times no layerwise copy). Every other use of the generator (its
     values, ``throw``, ``close``, ``StopIteration``) is the engine's, unchanged; a
     failure while counting is counted under ``lmcache.gpu_connector``.
 
@@ -420,13 +437,14 @@ class LayerCopies(_EngineSteps):
         (4, 256, 0.0)
     """
 
-    __slots__ = ("_done", "_inst", "_out")
+    __slots__ = ("_done", "_inst", "_layer_bytes", "_out")
 
     def __init__(self, copies: Any, inst: _LinkInstrumentation, out: Any = None) -> None:
         super().__init__(copies)
         self._inst = inst
         self._out = out          # out: the layer-major lists; in: None (sent per layer)
         self._done = 0           # out: steps returned
+        self._layer_bytes = -1   # one layer's bytes, once read
 
     def send(self, value: Any) -> Any:
         """Step the engine's generator with ``value``; count the layer the step copied."""
@@ -447,7 +465,10 @@ class LayerCopies(_EngineSteps):
                 return
             layer, link = out[step], self._inst.offload
         if layer:
-            chunks, nbytes = len(layer), sum(obj.get_size() for obj in layer)
+            nbytes = self._layer_bytes
+            if nbytes < 0:
+                nbytes = self._layer_bytes = sum(obj.get_size() for obj in layer)
+            chunks = len(layer)
             link.transfer(chunks, nbytes)
 
 
@@ -491,6 +512,7 @@ def _count_store_layer_drops(inst: LMCacheEngineInstrumentation) -> None:
     functools.update_wrapper(counted_store_layer, store_layer,
                              assigned=("__name__", "__qualname__", "__doc__"), updated=())
     inst.install("store_layer", counted_store_layer)
+    inst.store_layer_wrapped = True
 
 
 #: A layerwise connector: its two copy calls return generators (wrapped, not read).
@@ -519,12 +541,13 @@ def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST,
     copy_out, copy_in = connector.batched_from_gpu, connector.batched_to_gpu
 
     def batched_from_gpu(memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> Any:
-        backend = engine.backend if engine is not None else None
-        if backend is not None and backend.refused_in:   # a store cut short: which chunks
-            try:
-                engine.layer_copy_seen(backend, starts)  # type: ignore[union-attr]
-            except Exception as exc:
-                inst.error(CONNECTOR_COMPONENT, exc)
+        if engine is not None and engine.layer_drops:
+            backend = engine.backend
+            if backend is not None and backend.refused_in:   # a store cut short: which chunks
+                try:
+                    engine.layer_copy_seen(backend, starts)
+                except Exception as exc:
+                    inst.error(CONNECTOR_COMPONENT, exc)
         return LayerCopies(copy_out(memory_objs, starts, ends, **kwargs), inst, memory_objs)
 
     def batched_to_gpu(starts: Any, ends: Any, **kwargs: Any) -> Any:
