@@ -14,10 +14,12 @@ chunks are the call's last ones). Never kvobs's own formula over the same fields
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -135,18 +137,26 @@ def fresh(n: int, first: int) -> list[int]:
     return list(range(first, first + n))
 
 
-@pytest.fixture
-def pressed(lmcache_log):
-    engine = build_engine(host_chunks=HOST, instance=INSTANCE, save_unfull_chunk=True)
+@contextlib.contextmanager
+def instrumented(instance: str, **build: bool) -> Iterator[tuple[Any, Recorder, Any]]:
+    """An engine with a CPU backend of ``HOST`` slots, instrumented as a server does (before
+    its ``post_init``); destroyed after."""
+    engine = build_engine(host_chunks=HOST, instance=instance, **build)
     rec = Recorder(engine="lmcache", model="tiny-llama")
     inst = instrument_lmcache_engine(engine, rec)
     engine.post_init()
-    assert inst.active and inst.backend is not None and inst.copies_seen
     try:
-        yield engine, rec, inst, Driver(engine, rec, lmcache_log)
+        yield engine, rec, inst
     finally:
         inst.unwrap()
-        destroy(INSTANCE)
+        destroy(instance)
+
+
+@pytest.fixture
+def pressed(lmcache_log):
+    with instrumented(INSTANCE, save_unfull_chunk=True) as (engine, rec, inst):
+        assert inst.active and inst.backend is not None and inst.copies_seen
+        yield engine, rec, inst, Driver(engine, rec, lmcache_log)
 
 
 def test_drops_equal_the_chunks_lmcache_did_not_store(pressed):
@@ -266,17 +276,9 @@ class LayerStoreAccount:
 
 @pytest.fixture
 def layers_pressed():
-    instance = f"{INSTANCE}-layerwise"
-    engine = build_engine(host_chunks=HOST, instance=instance, layerwise=True)
-    rec = Recorder(engine="lmcache", model="tiny-llama")
-    inst = instrument_lmcache_engine(engine, rec)
-    engine.post_init()
-    assert inst.active and inst.backend is not None and inst.layer_drops
-    try:
+    with instrumented(f"{INSTANCE}-layerwise", layerwise=True) as (engine, rec, inst):
+        assert inst.active and inst.backend is not None and inst.layer_drops
         yield engine, rec
-    finally:
-        inst.unwrap()
-        destroy(instance)
 
 
 def test_layerwise_drops_equal_the_chunks_lmcache_did_not_store(layers_pressed):
