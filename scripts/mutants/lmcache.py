@@ -5,6 +5,8 @@ from __future__ import annotations
 from mutants import common as m
 
 ADAPTER = "kvobs/adapters/lmcache"
+BATCH_REUSE = ("inst.tier.reuse(len(objs), keys=[block_key(inst, key) for key in "
+               "keys[: len(objs)]])")
 SUITES = ((".venv-lmcache/bin/python", "tests/engines/lmcache056"),)
 
 
@@ -19,19 +21,22 @@ def mutants() -> list[m.Mutant]:
                          "len(objs)"),
         *m.recorder_call("host.free(put)", backend,
                          "inst.tier.free(1)                 # the writer's", "1"),
-        *m.recorder_call("host.store", backend, "inst.tier.store(1, keys=(key,))", "1"),
-        *m.recorder_call("host.reuse", backend, "inst.tier.reuse(1, keys=(key,))", "1"),
+        *m.recorder_call("host.store", backend, "inst.tier.store(1, keys=(block,))", "1"),
+        *m.recorder_call("host.reuse", backend, "inst.tier.reuse(1, keys=(block_key(inst, key),))",
+                         "1"),
         *m.recorder_call("host.free(read)", backend, "inst.tier.free(1, cached=True)", "1"),
-        *m.recorder_call("host.reuse(batched)", backend,
-                         "inst.tier.reuse(len(objs), keys=keys[: len(objs)])", "len(objs)"),
+        *m.recorder_call("host.reuse(batched)", backend, BATCH_REUSE, "len(objs)"),
         *m.recorder_call("host.free(batched read)", backend,
                          "inst.tier.free(len(objs), cached=True)", "len(objs)"),
-        *m.recorder_call("host.evict(remove)", backend, "inst.tier.evict(1, reason, keys=(key,))",
-                         "1"),
+        *m.recorder_call("host.evict(remove)", backend,
+                         "inst.tier.evict(1, reason, keys=(block_key(inst, key),))", "1"),
         *m.recorder_call("host.allocate(evicted while read)", backend,
                          "memory stays in use\n        inst.tier.allocate(1)",
                          "1"),
-        *m.recorder_call("host.evict(popped)", backend, 'owner.tier.evict(1, "capacity")', "1"),
+        *m.recorder_call("host.evict(popped)", backend,
+                         'owner.tier.evict(1, "capacity", keys=(block,))', "1"),
+        *m.keys_argument("host.evict(popped)", backend,
+                         'owner.tier.evict(1, "capacity", keys=(block,))', "(block,)"),
         *m.recorder_call("host.free(dropped)", backend, "    owner.tier.free(1)\n", "1"),
         *m.counter_add("host.found", backend, "inst.found += int(hits)", "int(hits)"),
         # the reuse profile: chunks stored with no lookup (the answers), written
@@ -64,7 +69,7 @@ def mutants() -> list[m.Mutant]:
                  "if backend.keyed and inst.keys_per_chunk > 1:",
                  "if backend.keyed and inst.keys_per_chunk > 1 and False:"),
         m.Mutant("layerwise.profile:every layer written", backend,
-                 "if inst.keyed and not getattr(key, \"layer_id\", 0) and",
+                 "if inst.keyed and not (inst.layerwise and key.layer_id) and",
                  "if inst.keyed and"),
         m.Mutant("layerwise.profile:size in blocks", engine,
                  "capacity_blocks=max(inst.tier.capacity_blocks // layers, 1))",
@@ -88,11 +93,16 @@ def mutants() -> list[m.Mutant]:
         m.Mutant("store.drops:empty chunks counted", engine, "if end > start)",
                  "if end >= start)"),
         # the keys the thrash tracker classifies offloads by (every retrieval an onload)
-        *m.keys_argument("host.reuse(batch)", backend,
-                         "inst.tier.reuse(len(objs), keys=keys[: len(objs)])", "keys[: len(objs)]"),
-        *m.keys_argument("host.reuse(get)", backend, "inst.tier.reuse(1, keys=(key,))", "(key,)",
-                         "(key, key)"),
-        *m.keys_argument("host.store", backend, "inst.tier.store(1, keys=(key,))", "(key,)"),
+        *m.keys_argument("host.reuse(batch)", backend, BATCH_REUSE,
+                         "[block_key(inst, key) for key in keys[: len(objs)]]"),
+        *m.keys_argument("host.reuse(get)", backend,
+                         "inst.tier.reuse(1, keys=(block_key(inst, key),))",
+                         "(block_key(inst, key),)", "(block_key(inst, key), block_key(inst, key))"),
+        *m.keys_argument("host.store", backend, "inst.tier.store(1, keys=(block,))", "(block,)"),
+        # a layerwise block's key its chunk's alone: a chunk's layers one block to the tracker
+        m.Mutant("host.keys:layer left out", backend,
+                 "return (key.chunk_hash, key.layer_id) if inst.layerwise else key.chunk_hash",
+                 "return key.chunk_hash"),
         # the verdict's saving: a lookup's hits at the prefill cost
         *m.lookup_saved(("host", "disk")),
         # use_layerwise: the host tier's blocks are layer objects, chunk_size / layers

@@ -81,9 +81,11 @@ class LMCacheInstrumentation(Instrumentation):
         self.found = 0
         self.probing: int | None = None
         self.removal_reason: str | None = None   # "reset" while ``clear`` runs
-        self.cached_ids: set[int] = set()         # chunks this tier counts as cached
+        #: chunks this tier counts as cached: id of the memory object -> its block key
+        self.cached_ids: dict[int, Any] = {}
         self.removing: set[int] = set()           # chunks inside a ``remove`` call
         self.keyed = False
+        self.layerwise = False                    # one block a layer of a chunk (the engine)
         self.probe_keys: Sequence[Any] | None = None
         self._recent: set[int] = set()            # chunk hashes looked up lately...
         self._older: set[int] = set()             # ...and the generation before
@@ -161,6 +163,25 @@ def _batch_allocated(inst: LMCacheInstrumentation, state: None, objs: Any, *args
         inst.refused()
 
 
+def block_key(inst: LMCacheInstrumentation, key: Any) -> Any:
+    """A host block's key for the thrash tracker and the residency sampler: its chunk's
+    hash, an int (LMCache's ``CacheEngineKey`` hashes in Python, ~0.5 us a time, and each
+    event hashes its keys twice), with its layer where a block is one layer of a chunk.
+
+    Example:
+        >>> class Key:
+        ...     chunk_hash, layer_id = 41, 1
+        >>> inst = LMCacheInstrumentation(object(), None, TierRecorder("host", 4, 16, 1),
+        ...                               False, 16)
+        >>> block_key(inst, Key())
+        41
+        >>> inst.layerwise = True
+        >>> block_key(inst, Key())
+        (41, 1)
+    """
+    return (key.chunk_hash, key.layer_id) if inst.layerwise else key.chunk_hash
+
+
 def _is_new(inst: LMCacheInstrumentation, key: Any, memory_obj: Any, *args: Any,
             **kwargs: Any) -> bool:
     return key not in inst.target.hot_cache
@@ -169,10 +190,10 @@ def _is_new(inst: LMCacheInstrumentation, key: Any, memory_obj: Any, *args: Any,
 def _put(inst: LMCacheInstrumentation, new: bool, result: Any, key: Any, memory_obj: Any,
          *args: Any, **kwargs: Any) -> None:
     if new and inst.target.hot_cache.get(key) is memory_obj:
-        inst.cached_ids.add(id(memory_obj))
+        block = inst.cached_ids[id(memory_obj)] = block_key(inst, key)
         inst.tier.free(1)                 # the writer's chunk leaves "in use"...
-        inst.tier.store(1, keys=(key,))   # ...and lands in the cache: an offload
-        if inst.keyed and not getattr(key, "layer_id", 0) and \
+        inst.tier.store(1, keys=(block,))   # ...and lands in the cache: an offload
+        if inst.keyed and not (inst.layerwise and key.layer_id) and \
                 not inst.was_looked_up(key.chunk_hash):   # (a layerwise chunk: its first layer)
             inst.rec.written((key.chunk_hash,))   # no lookup asked for it: written
 
@@ -187,14 +208,14 @@ def _found(inst: LMCacheInstrumentation, state: None, hits: int, keys: Any,
 
 def _got(inst: LMCacheInstrumentation, state: None, obj: Any, key: Any) -> None:
     if obj is not None:
-        inst.tier.reuse(1, keys=(key,))
+        inst.tier.reuse(1, keys=(block_key(inst, key),))
         inst.tier.free(1, cached=True)
 
 
 def _batch_got(inst: LMCacheInstrumentation, state: None, objs: Any, lookup_id: str,
                keys: Any, *args: Any, **kwargs: Any) -> None:
     if objs:
-        inst.tier.reuse(len(objs), keys=keys[: len(objs)])
+        inst.tier.reuse(len(objs), keys=[block_key(inst, key) for key in keys[: len(objs)]])
         inst.tier.free(len(objs), cached=True)
 
 
@@ -212,9 +233,9 @@ def _removed(inst: LMCacheInstrumentation, obj: Any, removed: bool, key: Any,
     inst.removing.discard(id(obj))
     if not removed:
         return
-    inst.cached_ids.discard(id(obj))
+    inst.cached_ids.pop(id(obj), None)
     reason = inst.removal_reason or ("explicit" if force else "capacity")
-    inst.tier.evict(1, reason, keys=(key,))
+    inst.tier.evict(1, reason, keys=(block_key(inst, key),))
     if obj.is_valid():                    # a reader still holds it: memory stays in use
         inst.tier.allocate(1)
 
@@ -267,14 +288,17 @@ def _batch_freed(inst: _AllocatorInstrumentation, valid: list[Any], result: Any,
             _account_free(inst.owner, obj)
 
 
+_NOT_CACHED = object()
+
+
 def _account_free(owner: LMCacheInstrumentation, obj: Any) -> None:
     """A chunk's memory went back to the buffer: say which state it left."""
     ident = id(obj)
     if ident in owner.removing:           # the eviction ``remove`` counts
         return
-    if ident in owner.cached_ids:         # popped from the hot cache by the engine itself
-        owner.cached_ids.discard(ident)
-        owner.tier.evict(1, "capacity")
+    block = owner.cached_ids.pop(ident, _NOT_CACHED)
+    if block is not _NOT_CACHED:          # popped from the hot cache by the engine itself
+        owner.tier.evict(1, "capacity", keys=(block,))   # (batched_allocate's evictions)
         return
     owner.tier.free(1)
 

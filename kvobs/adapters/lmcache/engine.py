@@ -140,6 +140,7 @@ class LMCacheEngineInstrumentation(Instrumentation):
             capacity_blocks=self.capacity_blocks, tier=self.tier_name)
         if inst.active:                   # else one warning said why; hits count as host
             inst.keyed = bool(self.rec.profile_reuse)
+            inst.layerwise = layers > 1
             if layers > 1:
                 self.layer_drops = self.store_layer_wrapped and \
                     set(manager.storage_backends) <= LOCAL_BACKENDS

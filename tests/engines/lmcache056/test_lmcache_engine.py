@@ -451,6 +451,11 @@ def test_a_layerwise_engine_s_host_tier_holds_what_lmcache_s_memory_holds():
         engine.clear()              # every layer object LMCache cached: a reset
         host = kit.check("clear").tier("host")
         assert host.evictions["reset"] == lm["hot_cache_count"] > 0 == len(backend.hot_cache)
+        # every layer object LMCache stored ended reused or evicted unused (clear() took the
+        # rest): the thrash tracker tells a chunk's layers apart, one block each
+        thrash = rec.snapshot().thrash
+        assert thrash.offloaded_reused + thrash.offloaded_evicted_unused == host.stores
+        assert thrash.onloads_in_window == host.reuses
         assert rec.snapshot().errors == {}
         print(f"\nlayerwise host tier: kvobs {capacity_tokens} tokens / {capacity_bytes} B in "
               f"{host.capacity_blocks} blocks of {host.block_tokens} tokens; LMCache "
