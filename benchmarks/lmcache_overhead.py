@@ -27,6 +27,7 @@ lmcache``), as a module (it drives the LMCache test bed)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -54,33 +55,32 @@ class TimedDriver(ConnectorDriver):
 
     engine_seconds = 0.0
 
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            self.engine_seconds += time.thread_time() - started
+
     def __post_init__(self) -> None:
         super().__post_init__()
         client, driver = self.lookup_client, self
 
         class TimedLookups:
             def lookup(self, *args: Any, **kwargs: Any) -> Any:
-                started = time.thread_time()
-                try:
+                with driver._timed():
                     return client.lookup(*args, **kwargs)
-                finally:
-                    driver.engine_seconds += time.thread_time() - started
 
         self.lookup_client = TimedLookups()  # type: ignore[assignment]
 
     def _retrieve(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.thread_time()
-        try:
+        with self._timed():
             return super()._retrieve(*args, **kwargs)
-        finally:
-            self.engine_seconds += time.thread_time() - started
 
     def _store(self, *args: Any, **kwargs: Any) -> None:
-        started = time.thread_time()
-        try:
+        with self._timed():
             super()._store(*args, **kwargs)
-        finally:
-            self.engine_seconds += time.thread_time() - started
 
 
 def chat(seed: int) -> Iterator[tuple[list[int], list[int]]]:

@@ -93,11 +93,11 @@ class LMCacheEngineInstrumentation(Instrumentation):
         offload: the gpu->host link, where a ``store``'s dropped chunks count.
         copies_seen: the GPU connector's copies are counted (its hook fills ``copied``);
             without them a store's drops cannot be told from its stored chunks.
-        copied: per thread ident, ``(chunks, refusals)`` of that thread's latest
-            ``batched_from_gpu`` made while some thread's ``allocate`` refusal is
-            outstanding (``backend.refused_in`` not empty): the chunks it copied and the
-            backend's refusal counter then (layerwise: the start of the last chunk it
-            copies, not the count).
+        copied: per thread ident, ``(copied, refusals)`` of that thread's latest
+            ``batched_from_gpu`` made while some thread's allocation refusal is
+            outstanding (``backend.refused_in`` not empty): what it copied (the chunks;
+            layerwise, the start of the last chunk) and the backend's refusal counter then
+            (:meth:`copy_seen`).
         layer_drops: a layerwise ``store_layer`` that finds no room counts its drops
             (its wrapper is in place, and every storage backend is local: kvobs asks them
             which chunks they hold).
@@ -170,13 +170,29 @@ class LMCacheEngineInstrumentation(Instrumentation):
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 
-    def copy_seen(self, backend: LMCacheInstrumentation, chunks: int) -> None:
-        """The GPU connector copied ``chunks`` for a ``store`` while an ``allocate``
-        refusal is outstanding (the connector hook tests that first): remembered if the
-        refusal was in this thread, with the backend's refusal counter now."""
+    def copy_seen(self, backend: LMCacheInstrumentation, copied: int) -> None:
+        """The GPU connector copied for a store while an allocation refusal is outstanding
+        (the connector hook tests that first): what it copied (a ``store``'s chunks; a
+        layerwise ``store_layer``'s last chunk start) is remembered if the refusal was in
+        this thread, with the backend's refusal counter now."""
         ident = threading.get_ident()
         if ident in backend.refused_in:
-            self.copied[ident] = (chunks, backend.refusals)
+            self.copied[ident] = (copied, backend.refusals)
+
+    def _cut_short(self, backend: LMCacheInstrumentation, refusals: int,
+                   nothing: int) -> int | None:
+        """After a store call during which the backend's refusal counter moved from
+        ``refusals``: what its connector copied in it (:meth:`copy_seen`; ``nothing``
+        where it copied nothing), or None where the call dropped nothing of this
+        backend's (the refusal was another thread's or an older one, or the store
+        allocates elsewhere: PD). Forgets this thread's notes either way."""
+        ident = threading.get_ident()
+        refused_at = backend.refused_in.pop(ident, 0)
+        copied, stamp = self.copied.pop(ident, (nothing, 0))
+        if refused_at <= refusals or getattr(self.target.storage_manager,
+                                             "allocator_backend", None) is not backend.target:
+            return None
+        return copied if stamp > refusals else nothing   # a copy before the call: not its
 
     def count_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
                     hashes: Any, offsets: Any, mask: Any, request_configs: Any) -> None:
@@ -190,28 +206,14 @@ class LMCacheEngineInstrumentation(Instrumentation):
         after ``refusals``, else none) and dropped every other non-empty chunk LMCache's
         ``process_tokens`` makes of the same arguments.
         """
-        ident = threading.get_ident()
-        refused_at = backend.refused_in.pop(ident, 0)
-        copied, stamp = self.copied.pop(ident, (0, 0))
-        if refused_at <= refusals:        # another thread's refusal, or an older one
+        stored = self._cut_short(backend, refusals, 0)
+        if stored is None:
             return
-        if getattr(self.target.storage_manager, "allocator_backend", None) is not \
-                backend.target:           # the store allocates elsewhere (PD): not its own
-            return
-        stored = copied if stamp > refusals else 0
         chunks = sum(1 for start, end, _key in self.target.token_database.process_tokens(
             tokens, hashes, offsets, mask, request_configs=request_configs) if end > start)
         dropped = chunks - stored
         if dropped > 0:
             self.offload.drop(dropped)
-
-    def layer_copy_seen(self, backend: LMCacheInstrumentation, starts: Any) -> None:
-        """A layerwise ``store_layer`` copies chunks starting at ``starts`` while an
-        allocation refusal is outstanding: remembered (the last start) if the refusal was
-        in this thread, with the backend's refusal counter now."""
-        ident = threading.get_ident()
-        if ident in backend.refused_in and starts:
-            self.copied[ident] = (max(starts), backend.refusals)
 
     def count_layer_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
                           mask: Any, request_configs: Any) -> None:
@@ -231,15 +233,10 @@ class LMCacheEngineInstrumentation(Instrumentation):
         differ in size, a partial chunk, or another thread evicted it meanwhile) counts
         as dropped.
         """
-        ident = threading.get_ident()
-        refused_at = backend.refused_in.pop(ident, 0)
-        last, stamp = self.copied.pop(ident, (-1, 0))
+        last = self._cut_short(backend, refusals, -1)
+        if last is None:
+            return
         engine = self.target
-        if refused_at <= refusals or getattr(engine.storage_manager, "allocator_backend",
-                                             None) is not backend.target:
-            return                        # another thread's refusal; PD allocates elsewhere
-        if stamp <= refusals:             # a copy before the call: none copied in it
-            last = -1
         layers, where = self.keys_per_chunk, engine.retrieve_locations
         held = engine.storage_manager.contains
         dropped = sum(1 for start, end, key in engine.token_database.process_tokens(
@@ -346,9 +343,9 @@ class _LinkInstrumentation(Instrumentation):
 
 
 def _chunks(memory_objs: Any) -> tuple[int, int]:
-    """``(chunks, bytes)`` of a flat list of ``MemoryObj`` (a layerwise connector's
-    layer-major lists of lists are moved by its generator: :class:`LayerCopies`)."""
-    if not memory_objs or isinstance(memory_objs[0], (list, tuple)):
+    """``(chunks, bytes)`` of a flat list of ``MemoryObj`` (a layerwise connector, whose
+    copies are layer-major lists moved by its generator, is :class:`LayerCopies`')."""
+    if not memory_objs:
         return 0, 0
     return len(memory_objs), sum(obj.get_size() for obj in memory_objs)
 
@@ -546,7 +543,7 @@ def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST,
             backend = engine.backend
             if backend is not None and backend.refused_in:   # a store cut short: which chunks
                 try:
-                    engine.layer_copy_seen(backend, starts)
+                    engine.copy_seen(backend, max(starts, default=-1))
                 except Exception as exc:
                     inst.error(CONNECTOR_COMPONENT, exc)
         return LayerCopies(copy_out(memory_objs, starts, ends, **kwargs), inst, memory_objs)
