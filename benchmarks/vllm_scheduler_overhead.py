@@ -30,10 +30,8 @@
    kvobs costs outside the wrapped methods (engine data evicted by kvobs's), which only
    the step A/B sees.
    ``--bytecodes`` counts instead of timing: every kvobs Python function an
-   instrumented scheduler runs (readers, and the generated wrappers where the C ones do
-   not run), its calls and bytecodes per step, with an opcode tracer (the same figures
-   on any machine, however loaded). ``--methods --versus python-wrappers`` and the step
-   A/B's ``--fourth python-wrappers`` set the C wrappers against the Python ones.
+   instrumented scheduler runs (wrappers and readers), its calls and bytecodes per step,
+   with an opcode tracer (the same figures on any machine, however loaded).
 2. Scrape: ``rec.snapshot()`` of a ``BlockPool`` of 100k GPU blocks (the settle walk over
    every block), with the pool half in use and half of its blocks holding prefix hashes,
    state set through vLLM's own calls (goal <= 5 ms).
@@ -131,8 +129,7 @@ def step_overhead(running: int, rounds: int, steps: int, warmup: int, cpu: bool 
     """Interleaved rounds over ``blocks`` fresh sets of the four schedulers, each set
     built in another order (where an object lands in memory moves its step time by up to
     ~1.5%, which a single build would count as kvobs's, or hide). The fourth is kvobs
-    without step timing (``untimed``) or on the generated Python wrappers
-    (``python-wrappers``: the C wrappers' A/B)."""
+    as :data:`FOURTH` names it (default: without step timing)."""
     order = ["plain", "kvobs", "control", fourth]
     times: dict[str, list[float]] = {name: [] for name in order}
     per_block: list[float] = []
@@ -282,48 +279,14 @@ def _nothing(name: str, reader: Any) -> Callable[..., None]:
     return nothing
 
 
-@contextlib.contextmanager
-def _python_counters() -> Iterator[None]:
-    """While it lasts, recorders build their tiers and links on the pure-Python event
-    counters (``PyTierCore`` / ``PyLinkCore``, as where the extension is not built), the
-    rest of kvobs as it is: an in-place A/B of the C counters. Every tier and link a
-    recorder hands out changes; the adapters' placeholders for a part they leave inactive
-    (built from the classes they imported by name) keep the C ones, and count nothing."""
-    from kvobs import recorder
-
-    saved = recorder.TierRecorder, recorder.LinkRecorder
-    for cls in saved:
-        setattr(recorder, cls.__name__, recorder.on_python_counters(cls))
-    try:
-        yield
-    finally:
-        for original in saved:
-            setattr(recorder, original.__name__, original)
-
-
-@contextlib.contextmanager
-def _python_wrappers() -> Iterator[None]:
-    """While it lasts, adapters install the generated Python wrappers (as where the
-    extension is not built), not their C twins (``HookCall``): the C wrappers' A/B."""
-    saved = _hooks._HookCall
-    _hooks._HookCall = None
-    try:
-        yield
-    finally:
-        _hooks._HookCall = saved
-
-
 #: What ``--methods`` sets beside plain and kvobs: the wrappers with no-op readers (their
-#: floor), kvobs on its pure-Python event counters (the C counters' A/B), or on the
-#: generated Python wrappers (the C wrappers' A/B).
-VERSUS = {"hooks": lambda: _readers_replaced(_nothing), "python-counters": _python_counters,
-          "python-wrappers": _python_wrappers}
+#: floor).
+VERSUS = {"hooks": lambda: _readers_replaced(_nothing)}
 #: The step A/B's fourth scheduler (``--fourth``), as its line names it.
-FOURTH = {"untimed": "without step timing", "python-wrappers": "on the Python wrappers",
-          "bare": "its wrappers alone (no reader)", "no-profile": "without the reuse profile"}
+FOURTH = {"untimed": "without step timing", "bare": "its wrappers alone (no reader)",
+          "no-profile": "without the reuse profile"}
 #: How each fourth scheduler is built, where not as kvobs is.
 FOURTH_CONTEXT: dict[str, Callable[[], Any]] = {
-    "python-wrappers": lambda: _python_wrappers(),
     "bare": lambda: _readers_replaced(lambda name, reader: None),
     "no-profile": lambda: _recorder_options(profile_reuse=False)}
 
@@ -339,9 +302,7 @@ def _recorder_options(**options: Any) -> Iterator[None]:
         RECORDER_OPTIONS.clear()
         RECORDER_OPTIONS.update(saved)
 #: Each ``--versus``'s column head and what its scheduler is.
-THIRD = {"hooks": ("hooks", "kvobs with no-op readers"),
-         "python-counters": ("py-cnt", "kvobs on its pure-Python event counters"),
-         "python-wrappers": ("py-wrap", "kvobs on the generated Python wrappers")}
+THIRD = {"hooks": ("hooks", "kvobs with no-op readers")}
 
 
 def method_costs(running: int, rounds: int, steps: int, warmup: int,
@@ -349,13 +310,10 @@ def method_costs(running: int, rounds: int, steps: int, warmup: int,
     """Per wrapped engine method, in place: ``(method, calls per step, plain us/call, kvobs
     us/call, versus us/call)``, from three schedulers driven alike in interleaved
     rounds: not instrumented, instrumented, and instrumented with every reader a no-op
-    (what the wrappers alone cost; ``versus="python-counters"``: instrumented on the
-    pure-Python event counters instead). Each method's time is exclusive of the wrapped
+    (what the wrappers alone cost). Each method's time is exclusive of the wrapped
     methods it calls, so the rows add up. The scheduler's own ``schedule`` /
     ``update_from_output`` (step timing's hooks, which hold the whole step) are left out:
-    ``--readers`` times their readers. The no-op readers are Python functions, so for a
-    hook whose readers are in C (``get_new_blocks``) the floor includes Python calls
-    the real path does not make. The three are built once, in one order (where a
+    ``--readers`` times their readers. The three are built once, in one order (where a
     scheduler lands in memory moves its time by up to ~1.5%)."""
     names = ("plain", "kvobs", "hooks")
     with tempfile.TemporaryDirectory() as tmp:
@@ -433,13 +391,11 @@ def method_costs(running: int, rounds: int, steps: int, warmup: int,
 
 def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, float, float]]:
     """``(function, calls per step, bytecodes per step)`` of every kvobs Python function
-    (readers, and generated wrappers where the C ones do not run) an instrumented
-    scheduler runs: counted with an opcode
+    (wrappers and readers) an instrumented scheduler runs: counted with an opcode
     tracer, so the same workload gives the same figures on any machine, however loaded.
     What kvobs's Python does per step, not what it costs: C calls count as the one
     bytecode that makes them, and the tracer's own time is nowhere."""
     package = str(Path(inspect.getfile(Recorder)).parent)  # the kvobs package
-    wrapper = _hooks.WRAPPER_FILE.split("{", 1)[0]
     ops: dict[Any, int] = {}
     calls: dict[Any, int] = {}
 
@@ -450,7 +406,7 @@ def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, fl
 
     def entered(frame: Any, event: str, arg: Any) -> Any:
         code = frame.f_code
-        if not (code.co_filename.startswith(package) or code.co_filename.startswith(wrapper)):
+        if not code.co_filename.startswith(package):
             return None
         calls[code] = calls.get(code, 0) + 1
         frame.f_trace_lines = False
@@ -470,11 +426,8 @@ def bytecode_counts(running: int, steps: int, warmup: int) -> list[tuple[str, fl
             gc.enable()
 
     def where(code: Any) -> str:
-        name = str(code.co_filename)
-        if name.startswith(package):
-            name = f"{Path(name).relative_to(package).with_suffix('')}".replace("/", ".")
-            return f"{name}.{code.co_name}"
-        return "wrapper " + name[len(wrapper):].rstrip(">")  # <kvobs wrapper X> -> wrapper X
+        name = f"{Path(code.co_filename).relative_to(package).with_suffix('')}"
+        return f"{name.replace('/', '.')}.{code.co_name}"
 
     return sorted(((where(code), calls[code] / steps, ops.get(code, 0) / steps)
                    for code in calls), key=lambda row: -row[2])
@@ -556,13 +509,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="time each wrapped engine method in place instead: plain, "
                              "instrumented, and with no-op readers (the wrappers' floor)")
     parser.add_argument("--versus", choices=sorted(VERSUS), default="hooks",
-                        help="--methods' third scheduler: no-op readers (hooks), kvobs on "
-                             "its pure-Python event counters (python-counters), or on the "
-                             "generated Python wrappers (python-wrappers)")
+                        help="--methods' third scheduler: no-op readers (hooks)")
     parser.add_argument("--fourth", choices=sorted(FOURTH), default="untimed",
                         help="the step A/B's fourth scheduler: kvobs without step timing "
-                             "(untimed), or on the generated Python wrappers "
-                             "(python-wrappers)")
+                             "(untimed), its wrappers alone (bare), or without the reuse "
+                             "profile (no-profile)")
     parser.add_argument("--no-profile", action="store_true",
                         help="instrument without the reuse profile (Recorder(profile_reuse="
                              "False)): what the what-if's profile costs")

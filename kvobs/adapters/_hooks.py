@@ -16,18 +16,12 @@ see :mod:`kvobs.events`, and small functions that read its arguments and result)
 * remembers what it shadowed, so ``unwrap()`` restores the object exactly.
 
 No adapter writes recorder fields or its own ``try``/``except``: readers call the
-:class:`~kvobs.events.TierEvents` / :class:`~kvobs.events.LinkEvents` methods, and a
-hook that only adds one argument to a counter (``count=``) gets a generated wrapper with
-the engine method's own signature, the cheapest Python can do (one call, one add);
-before / after hooks on a method with plain parameters get a generated wrapper with its
-signature too (no ``*args`` packing per call). Where the C extension is built, such a
-wrapper is installed as its C twin, :class:`kvobs.kernels._native.HookCall`, which binds
-the same parameters and calls the same readers with no Python frame of its own (a hook
-whose reader is C too, such as ``count=`` on the C event counters, then runs no Python
-at all); the generated wrapper stays its fallback for calls it does not bind. A ``when``
-gate of a plain form, a parameter (``"num_external_tokens"``), an attribute of ``inst``
-(``"inst.in_flight"``) or the next item of one (``"next(inst.ticks)"``), is tested in C
-too; hooks with any other gate expression, and coroutines, keep the Python wrapper.
+:class:`~kvobs.events.TierEvents` / :class:`~kvobs.events.LinkEvents` methods. Every hook
+gets the same wrapper, a closure whose readers are chosen once, when it is installed
+(structlog's way: decide at configuration, not per call): an optional ``when`` gate, the
+arguments listed for re-reading, ``before``, the engine call, ``after``. A gate is a
+reader too (``when(inst, *args, **kwargs)``), so a hook called every step with nothing to
+read on most (``when=attr_path("in_flight")``) pays one call and no more.
 
 Example:
     >>> from kvobs.recorder import Recorder
@@ -57,17 +51,12 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
-import re
-import sys
-import types
-import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from kvobs.errors import KvobsError
 from kvobs.events import EVENTS, NULL_TIER, TierEvents
-from kvobs.kernels._ext import native
 from kvobs.telemetry.logs import get_logger
 from kvobs.telemetry.ratelimit import RateLimit
 
@@ -110,11 +99,10 @@ class Hook:
         reiterable: arguments the readers iterate as well as the engine: an iterator
             passed there is turned into a list first, so reading never consumes it.
         optional: the engine may lack the method (then it is not wrapped).
-        when: a Python expression over ``inst`` and ``params`` evaluated inline before
-            each call (no reader call): when false, the engine method runs with no
-            readers at all. For hooks called every step with nothing to read on most
-            (``"inst.in_flight"``); a failing expression counts as an error and reads
-            nothing.
+        when: ``when(inst, *args, **kwargs) -> bool``, read before each call: when
+            false, the engine method runs with no other reader. For hooks called every
+            step with nothing to read on most (``attr_path("in_flight")``); a gate that
+            raises counts as an error and reads nothing.
     """
 
     method: str
@@ -125,7 +113,7 @@ class Hook:
     after: After | None = None
     reiterable: tuple[str, ...] = ()
     optional: bool = False
-    when: str | None = None
+    when: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         words = [w.strip() for w in self.means.split(",") if w.strip()]
@@ -133,8 +121,9 @@ class Hook:
         if unknown:
             raise ValueError(f"Hook {self.method}: means {unknown} are not in the vocabulary "
                              f"{HOOK_MEANINGS}")
-        if self.when is not None:
-            compile(self.when, f"<when of {self.method}>", "eval")  # a SyntaxError here
+        if self.when is not None and not callable(self.when):
+            raise TypeError(f"Hook {self.method}: when={self.when!r} is not callable; give "
+                            "a reader when(inst, *args, **kwargs), e.g. attr_path(...)")
         if self.count is not None:
             if self.means not in COUNT_FIELDS or self.before or self.after or self.when:
                 raise ValueError(f"Hook {self.method}: count= needs means in "
@@ -196,7 +185,9 @@ def _ignore_error(component: str, exc: BaseException | None = None) -> None:
 class Instrumentation:
     """The wrappers installed on one engine object; :meth:`unwrap` restores it exactly.
 
-    ``active`` is False when the object's version is unknown and nothing was installed.
+    ``active`` is False when the object's version is unknown and nothing was installed;
+    ``problems`` then says why, in words. ``retired`` names the hooks whose readers failed
+    and that were taken off (:meth:`retire`).
     ``tier`` is the tier the object's events go to (``count=`` hooks add to it); readers
     reach the rest of the recorder through ``rec``.
     """
@@ -210,6 +201,8 @@ class Instrumentation:
         self.tier: Any = tier
         self.error: Callable[[str, BaseException | None], None] = \
             rec.error if rec is not None else _ignore_error
+        self.problems: list[str] = []
+        self.retired: list[str] = []
         self._shadowed: dict[str, tuple[bool, Any]] = {}
         self._on_unwrap: list[Callable[[], None]] = []
 
@@ -240,14 +233,31 @@ class Instrumentation:
         """Names of the methods currently shadowed."""
         return tuple(self._shadowed)
 
+    def retire(self, name: str, exc: BaseException) -> None:
+        """Put the engine's own method ``name`` back after its readers failed: one
+        warning says which, and the engine runs on with that hook reading nothing (its
+        series stop where they were; the error counter says why)."""
+        shadowed = self._shadowed.pop(name, None)
+        if shadowed is None:  # another thread retired it first, or it was unwrapped
+            return
+        self._restore(name, *shadowed)
+        self.retired.append(name)
+        warn_once(f"{self.component}.{name}@{id(self)}", "kvobs_hook_disabled",
+                  component=self.component,
+                  method=name, error=f"{type(exc).__name__}: {exc}",
+                  action="the engine method runs unwrapped from now on")
+
+    def _restore(self, name: str, had_own: bool, value: Any) -> None:
+        if had_own:
+            setattr(self.target, name, value)
+        elif _own_attribute(self.target, name)[0]:
+            delattr(self.target, name)
+
     def unwrap(self) -> None:
         """Restore every shadowed method; a second call does nothing."""
         target = self.target
         for name, (had_own, value) in reversed(list(self._shadowed.items())):
-            if had_own:
-                setattr(target, name, value)
-            elif _own_attribute(target, name)[0]:
-                delattr(target, name)
+            self._restore(name, had_own, value)
         self._shadowed.clear()
         if getattr(target, MARKER, None) is self:
             delattr(target, MARKER)
@@ -315,6 +325,7 @@ def begin(target: object, kinds: tuple[str, ...], hooks: Iterable[Hook], compone
     problems += [f"{type(target).__name__}.{path} is missing" for path in state
                  if not _has_path(target, path)]
     inst = make(not problems)
+    inst.problems = problems
     if problems:
         warn_once(f"{component}:{type(target).__qualname__}", "kvobs_adapter_unsupported_version",
                   component=component, cls=type(target).__qualname__, problems=problems,
@@ -390,31 +401,104 @@ def instrument(target: object, spec: AdapterSpec, make: Callable[[bool], InstT])
 
 
 def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
+    """The one wrapper of ``original``, its readers chosen once, here: the gate, the
+    arguments listed for re-reading, ``before`` and ``after`` (``count=`` is an ``after``
+    adding one argument). One body for sync and async methods: :func:`_readers` does the
+    reading around the engine call, each shell only calls or awaits the engine."""
+    enter, leave = _readers(inst, hook)
     wrapper: Callable[..., Any]
-    if hook.count is not None:
-        wrapper = _count_wrapper(inst, hook, original)
-    elif inspect.iscoroutinefunction(original):
-        wrapper = _async_wrapper(inst, hook, original)
+    if inspect.iscoroutinefunction(original):
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            args, state = enter(args, kwargs)
+            result = await original(*args, **kwargs)
+            leave(state, result, args, kwargs)
+            return result
     else:
-        wrapper = _call_wrapper(inst, hook, original)
-    named = ("__name__", "__qualname__", "__doc__")
-    functools.update_wrapper(wrapper, original, assigned=named, updated=())
-    twin: Callable[..., Any] | None = _native_wrapper(inst, hook, original, wrapper)
-    if twin is None:
-        return wrapper
-    functools.update_wrapper(twin, original, assigned=named, updated=())
-    return twin
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            args, state = enter(args, kwargs)
+            result = original(*args, **kwargs)
+            leave(state, result, args, kwargs)
+            return result
+    functools.update_wrapper(wrapper, original, assigned=("__name__", "__qualname__",
+                                                          "__doc__"), updated=())
+    return wrapper
 
 
-_HookCall: Any = getattr(native, "HookCall", None)
-_AttrPath: Any = getattr(native, "AttrPath", None)
+#: ``enter``'s state when there is nothing to read after the call (a gate that did not
+#: hold, a ``before`` that failed).
+_SKIP: Any = object()
+
+Enter = Callable[[tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], Any]]
+Leave = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], None]
+
+
+def _readers(inst: Instrumentation, hook: Hook) -> tuple[Enter, Leave]:
+    """``enter(args, kwargs) -> (args, state)`` before the engine call and
+    ``leave(state, result, args, kwargs)`` after it returned. A reader that raises an
+    ``Exception`` is counted under the component and the engine call goes on, as made;
+    nothing is read after a gate that did not hold or a ``before`` that failed. After its
+    first failure the hook retires (:meth:`Instrumentation.retire`): a reader that failed
+    once on an engine's objects would fail on every call, and an engine step must not
+    pay for that."""
+    when, before, error, component = hook.when, hook.before, inst.error, inst.component
+    after = _adder(inst, hook) if hook.count is not None else hook.after
+    relist = _reiterable(hook) if hook.reiterable else None
+    live = True
+
+    def fail(exc: Exception) -> None:
+        nonlocal live
+        error(component, exc)
+        if live:
+            live = False
+            inst.retire(hook.method, exc)
+
+    def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], Any]:
+        if not live:  # a caller that kept the wrapper itself
+            return args, _SKIP
+        if when is not None:
+            try:
+                if not when(inst, *args, **kwargs):
+                    return args, _SKIP
+            except Exception as exc:
+                fail(exc)
+                return args, _SKIP
+        if relist is not None:  # readers iterate it as well as the engine
+            args = relist(args, kwargs)
+        if before is None:
+            return args, None
+        try:
+            return args, before(inst, *args, **kwargs)
+        except Exception as exc:
+            fail(exc)
+            return args, _SKIP
+
+    def leave(state: Any, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if after is not None and state is not _SKIP:
+            try:
+                after(inst, state, result, *args, **kwargs)
+            except Exception as exc:
+                fail(exc)
+
+    return enter, leave
+
+
+def _adder(inst: Instrumentation, hook: Hook) -> After:
+    """``count=``: an ``after`` adding the named argument to the tier's event."""
+    event = getattr(inst.tier, hook.means)
+    name: str = hook.count or ""
+    index = hook.params.index(name)
+
+    def add(inst: Instrumentation, state: Any, result: Any, *args: Any, **kwargs: Any) -> None:
+        event(args[index] if len(args) > index else kwargs[name])
+
+    return add
 
 
 def attr_path(path: str) -> Callable[..., Any]:
     """A reader returning its first argument's dotted attribute ``path``, whatever else it
     is given: ``before=attr_path("target._num_write_pending_chunks")`` reads the engine's
-    own count before each call. In C where the extension is built (no Python frame per
-    call: :class:`kvobs.kernels._native.AttrPath`), else in Python.
+    own count before each call, ``when=attr_path("in_flight")`` gates a hook on the
+    instrumentation's own state.
 
     Raises:
         ValueError: ``path`` is not a dotted path of attribute names.
@@ -425,133 +509,14 @@ def attr_path(path: str) -> Callable[..., Any]:
         >>> read(SimpleNamespace(target=SimpleNamespace(pending=3)), ["key"], None)
         3
     """
-    if _AttrPath is not None:  # it checks the path itself
-        return cast(Callable[..., Any], _AttrPath(path))
-    if not all(name.isidentifier() for name in path.split(".")):
-        raise ValueError(f"AttrPath: {path!r} is not a dotted path of attribute names")
+    if not path or not all(name.isidentifier() for name in path.split(".")):
+        raise ValueError(f"attr_path: {path!r} is not a dotted path of attribute names")
     getter = operator.attrgetter(path)
 
     def read(obj: Any, *args: Any, **kwargs: Any) -> Any:
         return getter(obj)
 
     return read
-
-
-def _native_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any],
-                    fallback: Callable[..., Any]) -> Any:
-    """The C twin of ``fallback`` (:class:`kvobs.kernels._native.HookCall`, no Python frame
-    of its own), or None where the extension is not built or ``hook`` needs Python: a
-    ``when`` gate of no plain form (:func:`_plain_gate`), a coroutine, parameters that are
-    not plain. Calls it cannot bind (too many arguments, an unknown or repeated keyword, a
-    required one missing) go to ``fallback``, which means the same."""
-    if _HookCall is None or inspect.iscoroutinefunction(original):
-        return None
-    params = _plain_params(original)
-    if params is None or len(params) > native.HOOK_MAX_PARAMS:
-        return None
-    names = tuple(p.name for p in params)
-    if not all(name in names for name in (*hook.reiterable, *filter(None, [hook.count]))):
-        return None
-    gate: tuple[int, str | None, bool] = (-1, None, False)
-    if hook.when is not None:
-        plain = _plain_gate(hook.when, names)
-        if plain is None:
-            return None
-        gate = plain
-    defaults = tuple(p.default for p in params if p.default is not p.empty) or None
-    count = getattr(inst.tier, hook.means) if hook.count is not None else None
-    return _HookCall(original, names, defaults, inst, inst.error, inst.component, fallback,
-                     before=hook.before, after=hook.after, count=count,
-                     count_at=names.index(hook.count) if hook.count is not None else -1,
-                     reiterable=tuple(names.index(name) for name in hook.reiterable),
-                     gate_at=gate[0], gate_attr=gate[1], gate_next=gate[2])
-
-
-_INST_ATTRIBUTE = re.compile(r"inst\.([A-Za-z_]\w*)")
-_NEXT_OF_INST_ATTRIBUTE = re.compile(r"next\(\s*inst\.([A-Za-z_]\w*)\s*\)")
-
-
-def _plain_gate(when: str, names: tuple[str, ...]) -> tuple[int, str | None, bool] | None:
-    """``when`` as the C wrapper's gate, ``(gate_at, gate_attr, gate_next)``: the index of
-    a parameter, or an attribute of inst (and whether its next item is the gate); None for
-    any other expression (the Python wrapper evaluates it).
-
-    Example:
-        >>> _plain_gate("n", ("blocks", "n")), _plain_gate("inst.due", ("n",))
-        ((1, None, False), (-1, 'due', False))
-        >>> _plain_gate("next(inst.ticks)", ()), _plain_gate("n and inst.due", ("n",))
-        ((-1, 'ticks', True), None)
-    """
-    text = when.strip()
-    if text in names:
-        return names.index(text), None, False
-    attribute = _INST_ATTRIBUTE.fullmatch(text)
-    following = None if attribute else _NEXT_OF_INST_ATTRIBUTE.fullmatch(text)
-    found = attribute or following
-    # Python reads the name as compiled (NFKC), and a parameter named next shadows the
-    # builtin: those gates stay with the Python wrapper
-    if found is None or unicodedata.normalize("NFKC", found[1]) != found[1] \
-            or (following is not None and "next" in names):
-        return None
-    return -1, sys.intern(found[1]), following is not None
-
-
-def _exact_params(original: Callable[..., Any], params: tuple[str, ...]) -> bool:
-    """Whether ``original`` takes exactly ``params``, positional-or-keyword, no defaults,
-    none named as the generated code names its own variables."""
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):
-        return False
-    return tuple(signature.parameters) == params and all(
-        p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
-        and p.name not in _GENERATED_NAMES for p in signature.parameters.values())
-
-
-def _native_event(event: Any) -> bool:
-    """Whether a tier's bound event method is C (a builtin method, not a Python one)."""
-    return isinstance(event, types.BuiltinMethodType)
-
-
-def _count_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
-    """``original`` then ``tier.<field> += <count argument>``, guarded.
-
-    With the engine's exact signature the wrapper is generated (as dataclasses does),
-    so a hot allocator call pays one extra call and one add; otherwise it takes
-    ``*args, **kwargs`` and reads the argument by position or name.
-    """
-    field = COUNT_FIELDS[hook.means]
-    tier, error, component = inst.tier, inst.error, inst.component
-    event = getattr(tier, hook.means)
-    if _exact_params(original, hook.params):
-        params = ", ".join(hook.params)
-        # A tier whose event methods are C (kvobs.recorder.TierCore) is counted by calling
-        # the method (~30 ns; its counters read and written as attributes cost ~60); a
-        # Python one by the add itself (~25 ns, against ~55 for the method).
-        add = f"event({hook.count})" if _native_event(event) else \
-            f"tier.{field} += {hook.count}"
-        source = (f"def {hook.method}({params}):\n"
-                  f"    result = original({params})\n"
-                  f"    try:\n"
-                  f"        {add}\n"
-                  f"    except Exception as exc:\n"
-                  f"        error(component, exc)\n"
-                  f"    return result\n")
-        namespace: dict[str, Any] = {"original": original, "tier": tier, "event": event,
-                                     "error": error, "component": component}
-        return _define(source, namespace, hook.method, component)
-    name: str = hook.count or ""
-    index = hook.params.index(name)
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        try:
-            event(args[index] if len(args) > index else kwargs[name])
-        except Exception as exc:
-            error(component, exc)
-        return result
-
-    return counting
 
 
 def _reiterable(hook: Hook) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...]]:
@@ -567,176 +532,3 @@ def _reiterable(hook: Hook) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple
         return args
 
     return relist
-
-
-#: Names a generated wrapper uses itself (a parameter named so is not generated).
-_GENERATED_NAMES = frozenset({"original", "before", "after", "inst", "error", "component",
-                              "state", "result", "exc", "list", "isinstance", "tier",
-                              "event"})
-
-
-def _plain_params(original: Callable[..., Any]) -> list[inspect.Parameter] | None:
-    """``original``'s parameters when all are positional-or-keyword (defaults allowed),
-    else None (``*args``, ``**kwargs``, keyword-only or positional-only: not generated)."""
-    try:
-        params = list(inspect.signature(original).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    if not all(p.kind is p.POSITIONAL_OR_KEYWORD and p.name.isidentifier()
-               and p.name not in _GENERATED_NAMES and not p.name.startswith("_") for p in params):
-        return None
-    return params
-
-
-def _generated_call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any],
-                            params: list[inspect.Parameter]) -> Any:
-    """A before/after wrapper with ``original``'s own signature (defaults bound through
-    the namespace), so a call pays no ``*args`` packing: generated as dataclasses does,
-    from the identifiers the signature check read."""
-    namespace: dict[str, Any] = {"original": original, "before": hook.before,
-                                 "after": hook.after, "inst": inst, "error": inst.error,
-                                 "component": inst.component, "_seq": (list, tuple)}
-    signature = []
-    for i, param in enumerate(params):
-        if param.default is param.empty:
-            signature.append(param.name)
-        else:
-            namespace[f"_default{i}"] = param.default
-            signature.append(f"{param.name}=_default{i}")
-    args = ", ".join(p.name for p in params)
-    call = f"({args})"
-    lines = [f"def {hook.method}({', '.join(signature)}):"]
-    if hook.when is not None:  # the gate, inline: a call with nothing to read pays no reader
-        lines += ["    try:",
-                  f"        if not ({hook.when}):",
-                  f"            return original{call}",
-                  "    except Exception as exc:",
-                  "        error(component, exc)",
-                  f"        return original{call}"]
-    for name in hook.reiterable:  # readers iterate it as well as the engine
-        lines.append(f"    if not isinstance({name}, _seq):\n        {name} = list({name})")
-    state = "None"
-    if hook.before is not None:
-        lines += ["    try:",
-                  f"        state = before(inst{', ' if args else ''}{args})",
-                  "    except Exception as exc:",
-                  "        error(component, exc)",
-                  f"        return original{call}  # no state: nothing to read after"]
-        state = "state"
-    lines.append(f"    result = original{call}")
-    if hook.after is not None:
-        lines += ["    try:",
-                  f"        after(inst, {state}, result{', ' if args else ''}{args})",
-                  "    except Exception as exc:",
-                  "        error(component, exc)"]
-    lines.append("    return result")
-    return _define("\n".join(lines) + "\n", namespace, hook.method, inst.component)
-
-
-#: The file name generated wrappers carry (tracebacks, profilers and
-#: ``benchmarks.vllm_scheduler_overhead --bytecodes`` tell them from an engine's own
-#: generated code, such as its dataclasses' ``<string>``).
-WRAPPER_FILE = "<kvobs wrapper {component}.{method}>"
-
-
-def _define(source: str, namespace: dict[str, Any], method: str, component: str) -> Any:
-    """The function ``method`` that ``source`` (built from identifiers a signature check
-    read) defines, compiled under :data:`WRAPPER_FILE`."""
-    code = compile(source, WRAPPER_FILE.format(component=component, method=method), "exec")
-    exec(code, namespace)
-    return namespace[method]
-
-
-def _call_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
-    params = _plain_params(original)
-    if params is not None and all(name in {p.name for p in params}
-                                  for name in hook.reiterable):
-        return _generated_call_wrapper(inst, hook, original, params)
-    before, after, error, component = hook.before, hook.after, inst.error, inst.component
-    relist = _reiterable(hook) if hook.reiterable else None
-    gate = _gate(inst, hook, original)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if gate is not None:
-            try:
-                if not gate(*args, **kwargs):
-                    return original(*args, **kwargs)
-            except Exception as exc:
-                error(component, exc)
-                return original(*args, **kwargs)
-        if relist is not None:
-            args = relist(args, kwargs)
-        state = None
-        if before is not None:
-            try:
-                state = before(inst, *args, **kwargs)
-            except Exception as exc:
-                error(component, exc)
-                return original(*args, **kwargs)  # no state: nothing to read after
-        result = original(*args, **kwargs)
-        if after is not None:
-            try:
-                after(inst, state, result, *args, **kwargs)
-            except Exception as exc:
-                error(component, exc)
-        return result
-
-    return wrapper
-
-
-def _gate(inst: Instrumentation, hook: Hook,
-          original: Callable[..., Any]) -> Callable[..., Any] | None:
-    """``hook.when`` as a function of a call's arguments, bound to ``original``'s own
-    parameters with its defaults (the wrappers that take ``*args``), or None without one."""
-    if hook.when is None:
-        return None
-    code = compile(hook.when, f"<when of {hook.method}>", "eval")
-    try:
-        signature: inspect.Signature | None = inspect.signature(original)
-    except (TypeError, ValueError):
-        signature = None
-    scope = {"inst": inst}
-
-    def gate(*args: Any, **kwargs: Any) -> Any:
-        if signature is None:
-            names = {**dict(zip(hook.params, args, strict=False)), **kwargs}
-        else:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            names = bound.arguments
-        return eval(code, scope, names)  # an adapter's own text, compiled once
-
-    return gate
-
-
-def _async_wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) -> Any:
-    before, after, error, component = hook.before, hook.after, inst.error, inst.component
-    relist = _reiterable(hook) if hook.reiterable else None
-    gate = _gate(inst, hook, original)
-
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if gate is not None:
-            try:
-                if not gate(*args, **kwargs):
-                    return await original(*args, **kwargs)
-            except Exception as exc:
-                error(component, exc)
-                return await original(*args, **kwargs)
-        if relist is not None:
-            args = relist(args, kwargs)
-        state = None
-        if before is not None:
-            try:
-                state = before(inst, *args, **kwargs)
-            except Exception as exc:
-                error(component, exc)
-                return await original(*args, **kwargs)
-        result = await original(*args, **kwargs)
-        if after is not None:
-            try:
-                after(inst, state, result, *args, **kwargs)
-            except Exception as exc:
-                error(component, exc)
-        return result
-
-    return wrapper

@@ -1,12 +1,11 @@
-"""The three before / after wrappers do the same thing to an engine call: the C one
-(``kvobs.kernels._native.HookCall``, where the extension is built), the Python one
-generated with the engine method's own signature (its fallback, and where there is no
-extension) and the ``*args`` one (for signatures neither can copy). The same readers,
-arguments, results, errors and exceptions, with positional and keyword arguments,
-defaults and iterators."""
+"""The one wrapper every hook gets: the readers it is given, in order (gate, re-listed
+arguments, before, the engine call, after), with positional and keyword arguments,
+defaults and iterators; the engine's results and exceptions untouched; a failing reader
+counted once and its hook retired; sync and async methods alike."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import gc
 import inspect
@@ -16,22 +15,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from kvobs.adapters import _hooks
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, attr_path, instrument
 from kvobs.recorder import Recorder
-
-
-@pytest.fixture(params=["native", "generated", "args"])
-def wrappers(request, monkeypatch):
-    """Which wrapper instrument() installs: the C one, the Python one generated with the
-    engine's signature (no extension), or the ``*args`` one (what an engine method with
-    ``*args`` / keyword-only parameters gets)."""
-    if request.param == "native" and _hooks._HookCall is None:
-        pytest.skip("the C extension is not built here")
-    if request.param != "native":
-        monkeypatch.setattr(_hooks, "_HookCall", None)
-    if request.param == "args":
-        monkeypatch.setattr(_hooks, "_plain_params", lambda original: None)
-    return request.param
 
 
 class Engine:
@@ -81,22 +66,15 @@ def start(engine: Engine, spec: AdapterSpec, rec: Recorder) -> Instrumentation:
                                                                   active, rec))
 
 
-def test_the_wrapper_kind_is_the_one_asked_for(wrappers):
+def test_the_wrapper_carries_the_engine_methods_name_and_signature():
     engine = Engine()
     start(engine, spec_with([]), Recorder())
-    native = _hooks._HookCall is not None and isinstance(engine.store, _hooks._HookCall)
-    assert native == (wrappers == "native")
-    python = engine.store.fallback if native else engine.store  # the C one's fallback
-    generated = python.__code__.co_varnames[:2] == ("keys", "req")
-    assert generated == (wrappers != "args")
-    if generated:  # told apart from an engine's own generated code (dataclasses: <string>)
-        assert python.__code__.co_filename == "<kvobs wrapper test.engine.store>"
-        assert python.__name__ == "store" and python.__wrapped__.__func__ is Engine.store
     assert engine.store.__name__ == "store" and engine.store.__wrapped__.__func__ is Engine.store
     assert inspect.signature(engine.store) == inspect.signature(Engine().store)
+    assert type(engine.store) is type(engine.load)  # one kind of wrapper, whatever the hook
 
 
-def test_readers_see_every_argument_as_the_engine_got_it(wrappers):
+def test_readers_see_every_argument_as_the_engine_got_it():
     seen: list = []
     engine = Engine()
     start(engine, spec_with(seen), Recorder())
@@ -122,46 +100,48 @@ class Truth:
         raise self.error
 
 
-@pytest.mark.parametrize("when", ["req", "inst.due"])
-def test_a_plain_gate_reads_only_where_it_holds(wrappers, when):
-    """A ``when`` of a parameter or an attribute of ``inst`` is tested by the C wrapper
-    itself (it stays a HookCall). Every wrapper reads nothing where the gate is false or
-    raises (an Exception: one error counted; the engine gets its call as made), and lets
-    a BaseException from it through without calling the engine."""
+def by_req(inst, keys, req, *args, **kwargs):
+    return req
+
+
+@pytest.mark.parametrize("when", [by_req, attr_path("due")], ids=["parameter", "attribute"])
+def test_a_gate_reads_only_where_it_holds(when):
+    """A ``when`` gate (a reader of the call's arguments, or of the instrumentation's own
+    state) reads nothing where it is false; a BaseException from it passes through
+    without calling the engine; an Exception from it is one error counted, the engine
+    gets its call as made, and the hook retires."""
     seen: list = []
     spec = spec_with(seen, when=when)
     rec, engine = Recorder(), Engine()
     inst = start(engine, spec, rec)
-    assert isinstance(engine.store, _hooks._HookCall or ()) == (wrappers == "native")
 
     def gate(value):  # the gate's value for the next call, and the call's req
         inst.due = value
-        return value if when == "req" else "r"
+        return value if when is by_req else "r"
 
-    inst.due = True
     with capture_logs():
         assert engine.store(iter(["a"]), gate(0)) == 1           # closed
         assert engine.store(["b"], gate(1)) == 1                 # open: read
-        assert engine.store(["c"], gate(Truth(ValueError()))) == 1   # raises: counted
         with pytest.raises(KeyboardInterrupt):
             engine.store(["d"], gate(Truth(KeyboardInterrupt())))
+        assert engine.store(["c"], gate(Truth(ValueError()))) == 1   # raises: counted
     assert [call[1] for call in engine.calls] == [["a"], ["b"], ["c"]]
     assert [entry[0] for entry in seen] == ["before", "after"]
     assert seen[0][1]["keys"] == ["b"]
     assert rec.snapshot().errors == {"test.engine": 1}
+    assert engine.store.__func__ is Engine.store  # retired
 
 
-@pytest.mark.parametrize("twin", ["native", "python"])
-def test_an_attribute_path_reader_reads_before_in_every_wrapper(wrappers, twin, monkeypatch):
-    """``attr_path`` (C ``AttrPath``, or its Python twin) as a ``before``: its first
-    argument's dotted attribute is the state ``after`` gets, whatever else the call
-    passes; a missing attribute is one error and the engine call goes on."""
-    if twin == "python":
-        monkeypatch.setattr(_hooks, "_AttrPath", None)
-    elif _hooks._AttrPath is None:
-        pytest.skip("the C extension is not built here")
+def test_a_gate_must_be_a_reader_not_a_string():
+    with pytest.raises(TypeError, match=r"when='inst\.due' is not callable"):
+        Hook("store", ("keys",), "store", when="inst.due")  # type: ignore[arg-type]
+
+
+def test_an_attribute_path_reader_reads_its_first_arguments_attribute():
+    """``attr_path`` as a ``before``: its first argument's dotted attribute is the state
+    ``after`` gets, whatever else the call passes; a missing attribute is one error, the
+    engine call goes on and the hook retires."""
     read = _hooks.attr_path("target.version")
-    assert (type(read).__name__ == "AttrPath") == (twin == "native")
     seen: list = []
     spec = spec_with(seen, before=read,
                      after=lambda inst, state, result, *args, **kwargs: seen.append(state))
@@ -176,19 +156,20 @@ def test_an_attribute_path_reader_reads_before_in_every_wrapper(wrappers, twin, 
     with capture_logs():
         assert engine.store(["c"], "r3") == 1
     assert len(seen) == 2 and rec.snapshot().errors == {"test.engine": 1}
-    with pytest.raises(ValueError, match="dotted path"):
-        _hooks.attr_path("target..calls")
+    for bad in ("target..calls", ""):
+        with pytest.raises(ValueError, match="dotted path"):
+            _hooks.attr_path(bad)
     assert copy.copy(read) is read and copy.deepcopy(read) is read  # as a function is kept
 
 
-def test_a_gate_on_an_exhausted_iterator_reports_its_stop_iteration(wrappers):
-    """``next(inst.ticks)`` on an iterator that ran out: one error, the engine call goes
-    on, and the error is the iterator's own ``StopIteration`` (its value kept)."""
+def test_a_gate_on_an_exhausted_iterator_reports_its_stop_iteration():
+    """A gate reading ``next(inst.ticks)`` on an iterator that ran out: one error, the
+    engine call goes on, and the error is the iterator's own ``StopIteration``."""
     def ticks():
         return "done"
         yield True  # a generator that returns at once
 
-    spec = spec_with([], when="next(inst.ticks)")
+    spec = spec_with([], when=lambda inst, *args, **kwargs: next(inst.ticks))
     rec, engine = Recorder(), Engine()
     inst = start(engine, spec, rec)
     inst.ticks = ticks()
@@ -196,18 +177,11 @@ def test_a_gate_on_an_exhausted_iterator_reports_its_stop_iteration(wrappers):
         assert engine.store(["a"], "r") == 1
     assert engine.calls == [("store", ["a"], "r", True)]
     assert rec.snapshot().errors == {"test.engine": 1}
-    assert [log["error"] for log in logs] == ["StopIteration('done')"]
+    assert [log["error"] for log in logs if log["event"] == "instrumentation_error"] == \
+        ["StopIteration('done')"]
 
 
-def test_a_gate_python_reads_otherwise_stays_with_the_python_wrapper():
-    """A parameter named ``next`` shadows the builtin, and a non-NFKC name compiles to
-    another one: such gates are not given to the C wrapper."""
-    assert _hooks._plain_gate("next(inst.ticks)", ("next",)) is None
-    assert _hooks._plain_gate("inst.a\uff47", ()) is None
-    assert _hooks._plain_gate("next(inst.ticks)", ("n",)) == (-1, "ticks", True)
-
-
-def test_a_failing_before_reads_nothing_after_and_the_engine_call_goes_on(wrappers):
+def test_a_failing_before_reads_nothing_after_and_the_engine_call_goes_on():
     seen: list = []
     rec, engine = Recorder(), Engine()
     start(engine, spec_with(seen, before=lambda inst, keys, *a, **k: 1 / 0), rec)
@@ -217,7 +191,7 @@ def test_a_failing_before_reads_nothing_after_and_the_engine_call_goes_on(wrappe
     assert seen == [] and rec.snapshot().errors == {"test.engine": 1}
 
 
-def test_a_failing_after_is_counted_and_the_result_is_untouched(wrappers):
+def test_a_failing_after_is_counted_and_the_result_is_untouched():
     def broken(inst, state, result, keys, *args, **kwargs):
         raise RuntimeError("reader bug")
 
@@ -230,7 +204,7 @@ def test_a_failing_after_is_counted_and_the_result_is_untouched(wrappers):
     assert logs[0]["event"] == "instrumentation_error"
 
 
-def test_engine_exceptions_pass_through_and_nothing_is_read_after(wrappers):
+def test_engine_exceptions_pass_through_and_nothing_is_read_after():
     seen: list = []
     rec, engine = Recorder(), Engine()
     start(engine, spec_with(seen), rec)
@@ -242,30 +216,33 @@ def test_engine_exceptions_pass_through_and_nothing_is_read_after(wrappers):
     assert seen == []
 
 
-def test_calls_the_wrapper_cannot_bind_reach_the_engine_as_made(wrappers):
+def test_calls_the_engine_refuses_reach_it_as_made():
     """Too many arguments, an unknown or repeated keyword: the engine raises its own
-    TypeError and no reader runs (the C wrapper hands such calls to its fallback)."""
+    TypeError, and no reader reads anything of the call (a reader that cannot take the
+    call fails first: counted, and the hook retires)."""
     seen: list = []
     engine = Engine()
     start(engine, spec_with(seen), Recorder())
     for args, kwargs in ((([], "r", True, "extra"), {}), ((["a"],), {"req": "r", "nope": 1}),
                          ((["a"], "r"), {"req": "again"})):
-        with pytest.raises(TypeError):
+        with capture_logs(), pytest.raises(TypeError):
             engine.store(*args, **kwargs)
     assert seen == [] and engine.calls == []
+    engine = Engine()
+    start(engine, spec_with(seen), Recorder())
     assert engine.store(keys=["k"], success=False, req="r") == 1  # keywords in any order
     bound = {"keys": ["k"], "req": "r", "success": False}
     assert seen == [("before", bound), ("after", "state", 1, bound)]
 
 
-def test_a_copied_engine_keeps_the_wrapper_as_a_function_is_kept(wrappers):
+def test_a_copied_engine_keeps_the_wrapper_as_a_function_is_kept():
     engine = Engine()
     start(engine, spec_with([]), Recorder())
     assert copy.copy(engine.store) is engine.store
     assert copy.deepcopy(engine.store) is engine.store
 
 
-def test_a_base_exception_in_a_reader_is_not_swallowed(wrappers):
+def test_a_base_exception_in_a_reader_is_not_swallowed():
     def interrupted(inst, state, result, keys, *args, **kwargs):
         raise KeyboardInterrupt
 
@@ -275,7 +252,7 @@ def test_a_base_exception_in_a_reader_is_not_swallowed(wrappers):
         engine.load(["a"])
 
 
-def test_unwrap_restores_and_the_wrapper_does_not_leak_the_engine(wrappers):
+def test_unwrap_restores_and_the_wrapper_does_not_leak_the_engine():
     engine = Engine()
     inst = start(engine, spec_with([]), Recorder())
     inst.unwrap()
@@ -288,36 +265,47 @@ def test_unwrap_restores_and_the_wrapper_does_not_leak_the_engine(wrappers):
     assert gone() is None
 
 
-def test_a_method_with_more_parameters_than_the_c_wrapper_binds_keeps_the_python_one():
-    if _hooks._HookCall is None:
-        pytest.skip("the C extension is not built here")
-    limit = _hooks.native.HOOK_MAX_PARAMS
-    names = [f"p{i}" for i in range(limit + 1)]
-    namespace: dict = {}
-    exec(f"def wide(self, {', '.join(names)}): return p0", namespace)
-    Wide = type("Wide", (), {"wide": namespace["wide"]})
+def test_a_hook_whose_reader_failed_retires_with_one_line_and_reads_no_more():
+    """A reader that raises once (an engine whose objects changed shape) would raise on
+    every call: the hook puts the engine's method back and says so once; the other hooks
+    keep reading, and unwrap() still restores everything."""
+    calls = []
+
+    def broken(inst, state, result, keys, *args, **kwargs):
+        calls.append(keys)
+        raise AttributeError("'Output' object has no attribute 'resumed_req_ids'")
+
     seen: list = []
-    spec = AdapterSpec("test.wide", ("Wide",), (
-        Hook("wide", ("p0",), "track", after=lambda inst, state, result, *a: seen.append(a)),))
-    engine = Wide()
-    instrument(engine, spec, lambda active: Instrumentation(engine, spec.component, active))
-    assert not isinstance(engine.wide, _hooks._HookCall)
-    assert engine.wide(*range(limit + 1)) == 0 and seen == [tuple(range(limit + 1))]
+    rec, engine = Recorder(), Engine()
+    spec = spec_with(seen, after=broken)
+    inst = start(engine, spec, rec)
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert engine.store(["a"], "r") == 1
+    assert len(calls) == 1 and rec.snapshot().errors == {"test.engine": 1}
+    assert engine.store.__func__ is Engine.store and inst.wrapped_methods == ("load",)
+    retired = [log for log in logs if log["event"] == "kvobs_hook_disabled"]
+    assert len(retired) == 1 and retired[0]["method"] == "store"
+    assert "resumed_req_ids" in retired[0]["error"]
+    inst.unwrap()
+    assert engine.load.__func__ is Engine.load
 
 
-def test_the_c_wrapper_refuses_what_it_cannot_call():
-    if _hooks._HookCall is None:
-        pytest.skip("the C extension is not built here")
-    fine = {"original": print, "params": ("a",), "defaults": None, "inst": None,
-            "error": print, "component": "c", "fallback": print}
-    for bad in ({"fallback": 3}, {"after": "x"}, {"count": 1, "count_at": 0}):
-        with pytest.raises(TypeError, match=f"{next(iter(bad))} is not callable"):
-            _hooks._HookCall(**{**fine, **bad})
-    with pytest.raises(ValueError, match="count_at 1 is not a param index"):
-        _hooks._HookCall(**fine, count=print, count_at=1)
-    with pytest.raises(ValueError, match="a count hook has no readers"):
-        _hooks._HookCall(**fine, count=print, count_at=0, after=print)
-    with pytest.raises(ValueError, match="reiterable 1 is not a param index"):
-        _hooks._HookCall(**fine, reiterable=(1,))
-    with pytest.raises(ValueError, match="reiterable 0 is repeated"):  # past the array
-        _hooks._HookCall(**fine, reiterable=(0,) * 20)
+class AsyncEngine:
+    async def store(self, keys, req, success=True):
+        await asyncio.sleep(0)
+        return len(list(keys))
+
+
+def test_a_coroutine_method_gets_the_same_readers_awaited():
+    seen: list = []
+    engine = AsyncEngine()
+    spec = AdapterSpec("test.engine", ("AsyncEngine",), (
+        Hook("store", ("keys", "req"), "store",
+             before=lambda inst, keys, *a, **k: ("before", list(keys)),
+             after=lambda inst, state, result, *a, **k: seen.append((state, result)),
+             reiterable=("keys",)),))
+    start(engine, spec, Recorder())
+    assert inspect.iscoroutinefunction(engine.store)
+    assert asyncio.run(engine.store(iter(["a", "b"]), "r")) == 2
+    assert seen == [(("before", ["a", "b"]), 2)]

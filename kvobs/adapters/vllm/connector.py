@@ -84,6 +84,12 @@ def _reported(inst: ConnectorInstrumentation, state: None, result: None,
         inst.onload.add_seconds(load.time / inst.workers)
 
 
+def _external(inst: ConnectorInstrumentation, request: Any, blocks: Any,
+              num_external_tokens: int) -> int:
+    """The gate of ``update_state_after_alloc``: the request loads external tokens."""
+    return num_external_tokens
+
+
 def _planned(inst: ConnectorInstrumentation, state: None, result: None, request: Any,
              blocks: Any, num_external_tokens: int) -> None:
     """The loads of ``request`` are planned: split its external hits by source as vLLM's
@@ -107,7 +113,7 @@ SPEC = AdapterSpec(COMPONENT, ("OffloadingConnectorScheduler",), (
     Hook("update_connector_output", ("connector_output",), "transfer",
          after=_reported),
     Hook("update_state_after_alloc", ("request", "blocks", "num_external_tokens"), "lookup",
-         after=_planned, when="num_external_tokens"),
+         after=_planned, when=_external),
 ), state=("manager", "get_external_cache_hit_sources"))
 
 

@@ -60,8 +60,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument, warn_once
-from kvobs.kernels._ext import native
+from kvobs.adapters._hooks import (
+    AdapterSpec,
+    Hook,
+    Instrumentation,
+    attr_path,
+    instrument,
+    warn_once,
+)
 from kvobs.recorder import Recorder
 
 COMPONENT = "vllm.kv_cache_manager"
@@ -243,34 +249,28 @@ def relookup(rec: Recorder, tokens: int, gpu_hit: int, host: int, disk: int) -> 
     rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=min(disk, left - host))
 
 
-def python_release_before(inst: LookupInstrumentation, request: Any,
-                          *args: Any, **kwargs: Any) -> Any:
+def _release_before(inst: LookupInstrumentation, request: Any,
+                    *args: Any, **kwargs: Any) -> Any:
     """Before ``free`` / ``pop_blocks_for_free``: the block hashes of what ``request``
-    cached beyond its prompt (vLLM's count, which the call pops), or None. The Python twin
-    of ``native.release_before`` (the fallback, and its reference)."""
+    cached beyond its prompt (vLLM's count, which the call pops), or None."""
     end = inst.cached_blocks.get(request.request_id, 0) * inst.hashes_per_block
     start = request.num_prompt_tokens // inst.hash_size
     return request.block_hashes[start:end] if start < end else None
 
 
-def python_release_after(inst: LookupInstrumentation, keys: Any, result: Any, request: Any,
-                         *args: Any, **kwargs: Any) -> None:
-    """The call returned: the blocks are released, written into the profile's stack. The
-    Python twin of ``native.release_after``."""
+def _release_after(inst: LookupInstrumentation, keys: Any, result: Any, request: Any,
+                   *args: Any, **kwargs: Any) -> None:
+    """The call returned: the blocks are released, written into the profile's stack."""
     if keys:
         inst.rec.written(keys)
-
-
-_release_before: Any = getattr(native, "release_before", None) or python_release_before
-_release_after: Any = getattr(native, "release_after", None) or python_release_after
 
 
 SPEC = AdapterSpec(COMPONENT, ("KVCacheManager",), (
     Hook("record_prefix_cache_stats", ("request", "num_hits"), "lookup", after=_recorded),
     Hook("free", ("request",), "track", before=_release_before, after=_release_after,
-         when="inst.writes"),
+         when=attr_path("writes")),
     Hook("pop_blocks_for_free", ("request",), "track", before=_release_before,
-         after=_release_after, when="inst.writes", optional=True),
+         after=_release_after, when=attr_path("writes"), optional=True),
 ), state=("block_pool", "prefix_cache_lookup_enabled"))
 """The lookup, and the releases that write a request's answer into the reuse profile
 (gated: no reader runs while nothing is reported)."""

@@ -41,7 +41,7 @@ from itertools import cycle
 from time import perf_counter
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, attr_path, instrument
 from kvobs.recorder import Recorder
 
 COMPONENT = "vllm.scheduler_steps"
@@ -99,6 +99,11 @@ def step_tokens(out: Any) -> tuple[int, int]:
     return prefill, out.total_num_scheduled_tokens - prefill
 
 
+def _due(inst: StepInstrumentation, *args: Any, **kwargs: Any) -> bool:
+    """The gate of ``schedule``: whether this step is one to time (every ``every``-th)."""
+    return bool(next(inst.ticks))
+
+
 def _scheduled(inst: StepInstrumentation, state: None, out: Any,
                throttle_prefills: bool = False) -> None:
     """A due step was scheduled (the gate let it through): time it from here."""
@@ -134,9 +139,9 @@ def _executed(inst: StepInstrumentation, scheduler_output: Any,
 
 
 SPEC = AdapterSpec(COMPONENT, ("Scheduler",), (
-    Hook("schedule", (), "track", after=_scheduled, when="next(inst.ticks)"),
+    Hook("schedule", (), "track", after=_scheduled, when=_due),
     Hook("update_from_output", ("scheduler_output", "model_runner_output"), "track",
-         before=_executed, when="inst.in_flight"),
+         before=_executed, when=attr_path("in_flight")),
 ))
 
 
