@@ -44,7 +44,6 @@ Example (needs vLLM)::
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Iterable, Sequence
 from types import MemberDescriptorType
@@ -61,18 +60,14 @@ COMPONENT = "vllm.block_pool"
 class BlockPoolInstrumentation(Instrumentation):
     """Wrappers on one ``BlockPool`` plus the tallies the collection-time walk settles.
 
-    ``free_walk`` is what the ``get_new_blocks`` reader walks: the free queue's fake head
-    (a block that never leaves the queue; vLLM links the free blocks after it) and the
-    block class's ``__slots__`` descriptors of ``next_free_block`` and ``_block_hash``
-    (None where they are no plain slots: the reader then reads attributes).
+    ``free_head`` is where the ``get_new_blocks`` reader starts: the free queue's fake
+    head (a block that never leaves the queue; vLLM links the free blocks after it).
     """
 
     def __init__(self, pool: Any, rec: Recorder, tier: TierRecorder, active: bool) -> None:
         super().__init__(pool, COMPONENT, active, rec, tier)
         queue = getattr(pool, "free_block_queue", None)
-        head = getattr(queue, "fake_free_list_head", None)
-        members = _queue_members(type(head)) if head is not None else None
-        self.free_walk: tuple[Any, Any, Any] = (head, *(members or (None, None)))
+        self.free_head: Any = getattr(queue, "fake_free_list_head", None)
         self._settle_lock = threading.Lock()
 
     def settle(self) -> tuple[int, int]:
@@ -115,101 +110,72 @@ class BlockPoolInstrumentation(Instrumentation):
         return in_use, cached
 
 
-def walk(blocks: Sequence[Any]) -> tuple[int, int, int]:
+def walk(blocks: list[Any]) -> tuple[int, int, int]:
     """``(hashed, in_use, cached)`` over ``blocks``: blocks holding a prefix hash, blocks
     with a reference, and unreferenced blocks holding a hash (reusable cache).
 
-    vLLM's ``KVCacheBlock`` keeps its fields in ``__slots__``: the C extension reads the
-    two by their offsets (~10 ns a block, against ~110 in Python) holding the GIL, so the
-    engine cannot move during the walk. Elsewhere (no extension, blocks of another shape)
-    each block is read once in Python (hash, then reference count), so the three agree
-    with one another even while the engine changes the pool.
+    vLLM's ``KVCacheBlock`` keeps its fields in ``__slots__``: the C walk reads the two
+    by their offsets (~10 ns a block) holding the GIL, so the engine cannot move during
+    it and each block is read once.
+
+    Raises:
+        TypeError: a block of another type than the first, or without those slots.
 
     Example (needs vLLM)::
 
         walk(pool.blocks)        # (hashed, in_use, cached), the null block included
     """
-    if _walk_slots is not None and type(blocks) is list and blocks:
-        members = _slot_members(type(blocks[0]))
-        if members is not None:
-            try:
-                return _walk_slots(blocks, *members)  # type: ignore[no-any-return]
-            except TypeError:  # a block of another type, a count that is no int
-                pass
-    return python_walk(blocks)
+    members = slot_members(type(blocks[0])) if blocks else None
+    if members is None:
+        raise TypeError("vLLM's blocks keep their hash and reference count in no __slots__")
+    return walk_slots(blocks, *members)  # type: ignore[no-any-return]
 
 
-def python_walk(blocks: Sequence[Any]) -> tuple[int, int, int]:
-    """:func:`walk` in Python, attribute by attribute (the fallback, and its reference)."""
-    used_hashed = cached = used = 0
-    for block in blocks:
-        if block._block_hash is not None:
-            if block.ref_cnt:
-                used_hashed += 1
-            else:
-                cached += 1
-        elif block.ref_cnt:
-            used += 1
-    return used_hashed + cached, used + used_hashed, cached
-
-
-_walk_slots = getattr(native, "walk_slots", None)
+walk_slots: Any = getattr(native, "walk_slots", None)
 _members: dict[type, tuple[Any, Any] | None] = {}
 
 
-def _slot_members(cls: type) -> tuple[Any, Any] | None:
-    """``cls``'s slot descriptors of ``_block_hash`` and ``ref_cnt``, or None where either
-    is not a plain slot (a property, an instance dict): found once per class."""
+def slot_members(cls: type) -> tuple[Any, Any] | None:
+    """``cls``'s slot descriptors of its block hash and ``ref_cnt``, or None where either
+    is no plain slot: found once per class. The hash is the public ``block_hash`` field
+    (vLLM 0.34 on), else the ``_block_hash`` slot behind vLLM 0.33's ``block_hash``
+    property (a property read costs a Python call a block)."""
     if cls not in _members:
-        found = [next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-                 for name in ("_block_hash", "ref_cnt")]
-        _members[cls] = (found[0], found[1]) if all(
-            isinstance(member, MemberDescriptorType) for member in found) else None
+        def member(name: str) -> Any:
+            found = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+            return found if isinstance(found, MemberDescriptorType) else None
+
+        found = (member("block_hash") or member("_block_hash"), member("ref_cnt"))
+        _members[cls] = (found[0], found[1]) if all(found) else None
     return _members[cls]
-
-
-def _queue_members(cls: type) -> tuple[Any, Any] | None:
-    """``cls``'s slot descriptors of ``next_free_block`` and ``_block_hash``, or None where
-    either is not a plain slot (the ``get_new_blocks`` reader then reads attributes)."""
-    found = [next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-             for name in ("next_free_block", "_block_hash")]
-    if all(isinstance(member, MemberDescriptorType) for member in found):
-        return found[0], found[1]
-    return None
 
 
 # -- readers (see kvobs.adapters._hooks: before(inst, *args), after(inst, state, result, *args))
 
-def python_new_blocks_before(inst: BlockPoolInstrumentation, num_blocks: int,
-                             *args: Any, **kwargs: Any) -> int:
+def _new_blocks_before(inst: BlockPoolInstrumentation, num_blocks: int,
+                       *args: Any, **kwargs: Any) -> int:
     """Blocks ``get_new_blocks(num_blocks)`` is about to evict: of the first
     ``num_blocks`` blocks of the free queue (those it pops), the ones holding a prefix
-    hash. The Python twin of ``native.new_blocks_before`` (the fallback, and its
-    reference): it runs on every allocation."""
-    block = inst.free_walk[0]
+    hash. It runs on every allocation of a caching pool."""
+    block = inst.free_head
     n = 0
     for _ in range(num_blocks):
         block = block.next_free_block
         if block is None:
             break
-        if block._block_hash is not None:
+        if block.block_hash is not None:
             n += 1
     return n
 
 
-def python_new_blocks_after(inst: BlockPoolInstrumentation, evicted: int, result: Any,
-                            num_blocks: int, *args: Any, **kwargs: Any) -> None:
+def _new_blocks_after(inst: BlockPoolInstrumentation, evicted: int, result: Any,
+                      num_blocks: int, *args: Any, **kwargs: Any) -> None:
     """``get_new_blocks`` returned: ``num_blocks`` allocations, of which ``evicted``
-    repurposed a cached block (capacity evictions). The Python twin of
-    ``native.new_blocks_after``."""
+    repurposed a cached block (capacity evictions)."""
     tier = inst.tier
     tier.allocate(num_blocks)
     if evicted:
         tier.evict(evicted, "capacity")
-
-
-_new_blocks_before: Any = getattr(native, "new_blocks_before", None) or python_new_blocks_before
-_new_blocks_after: Any = getattr(native, "new_blocks_after", None) or python_new_blocks_after
 
 
 def _touched(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> None:
@@ -221,7 +187,7 @@ def _touched(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> None:
     for block in blocks:
         if not block.ref_cnt and not block.is_null:
             idle += 1
-            if block._block_hash is not None:
+            if block.block_hash is not None:
                 hits += 1
     inst.tier.reuse(hits)           # cached -> in use
     inst.tier.allocate(idle - hits)  # a free block without data: a plain allocation
@@ -230,12 +196,12 @@ def _touched(inst: BlockPoolInstrumentation, blocks: Sequence[Any]) -> None:
 def _evict_before(inst: BlockPoolInstrumentation, block_ids: Iterable[int]) -> list[Any]:
     blocks = inst.target.blocks
     return [blocks[i] for i in set(block_ids)
-            if 0 <= i < len(blocks) and blocks[i]._block_hash is not None]
+            if 0 <= i < len(blocks) and blocks[i].block_hash is not None]
 
 
 def _evict_after(inst: BlockPoolInstrumentation, hashed: list[Any], result: Any,
                  block_ids: Iterable[int]) -> None:
-    freed = sum(1 for b in hashed if b._block_hash is None and not b.ref_cnt)
+    freed = sum(1 for b in hashed if b.block_hash is None and not b.ref_cnt)
     inst.tier.evict(freed, "explicit")  # cached -> free; in-use blocks only lose the hash
 
 
@@ -261,7 +227,7 @@ SPEC = AdapterSpec(COMPONENT, ("BlockPool",), (
 ), state=("num_gpu_blocks", "hash_block_size", "enable_caching", "blocks",
           "free_block_queue.num_free_blocks",
           "free_block_queue.fake_free_list_head.next_free_block",
-          "null_block._block_hash", "null_block.ref_cnt", "null_block.is_null",
+          "null_block.block_hash", "null_block.ref_cnt", "null_block.is_null",
           "free_blocks", "get_num_free_blocks"))
 """The pool's hooks. ``free_blocks`` is checked (in ``state``), never wrapped: frees are
 derived at collection (see the module docstring)."""
@@ -309,34 +275,10 @@ def instrument_block_pool(pool: Any, rec: Recorder, *, tier: str = GPU,
     if inst.active:
         if not pool.enable_caching:
             inst.rewrap(COUNT_ONLY)
-        else:
-            _bind_readers(inst)
         gpu = inst.tier
         gpu.set_resident_source(inst.settle)
         inst.on_unwrap(lambda: gpu.set_resident_source(None))
     return inst
-
-
-def _bind_readers(inst: BlockPoolInstrumentation) -> None:
-    """Where the extension is built, the vLLM blocks have slots and the tier is C: the
-    ``get_new_blocks`` readers as one C object bound to this pool
-    (:class:`kvobs.kernels._native.PoolReader`: the head, slot offsets and tier held in
-    it; an allocation reads no attribute of ``inst``), in place of the module's two
-    functions, which count the same. Only where the table holds those functions (a
-    benchmark's no-op readers stay)."""
-    hook = next(h for h in SPEC.hooks if h.method == "get_new_blocks")
-    head, next_member, hash_member = inst.free_walk
-    if _PoolReader is None or next_member is None or hook.before is not _new_blocks_before \
-            or hook.after is not _new_blocks_after:
-        return
-    try:
-        reader = _PoolReader(head, next_member, hash_member, inst.tier)
-    except TypeError:  # a tier of another type: the module's readers stay
-        return
-    inst.rewrap(dataclasses.replace(hook, before=reader, after=reader))
-
-
-_PoolReader: Any = getattr(native, "PoolReader", None)
 
 
 def pool_capacity(pool: Any) -> int:
