@@ -219,7 +219,8 @@ class CapacityPlan:
             "model": self.model,
             "bytes_per_token": self.bytes_per_token or None,
             "request_tokens": self.request_tokens,
-            "max_concurrency": round(self.max_concurrency, 2),
+            # None where no tier bounds running requests (none read): never a made-up 0
+            "max_concurrency": round(self.max_concurrency, 2) if self.bounded_by else None,
             "bounded_by": self.bounded_by,
             "tiers": {  # tokens / bytes None: not known (never a made-up 0)
                 t.tier: {

@@ -353,6 +353,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "Bytes the hot-buffer misses loaded from the host tier into the GPU (vLLM HiSparse; "
         "row loads, not counted in the page transfers).",
     ),
+    _g(
+        "kvobs_engine_info",
+        "1",
+        ("engine_version", "support"),
+        "The engine release kvobs reads (value 1), and whether kvobs was tested on it: "
+        "tested, untested (not in kvobs's version matrix: read part by part), or older.",
+    ),
+    _g(
+        "kvobs_part_enabled",
+        "1",
+        ("part",),
+        "1 where kvobs reads this part of the engine (gpu_tier, host_tier, lookups, "
+        "transfers, step_timing, ...), 0 where it turned it off: an engine whose objects "
+        "changed shape, or a reader that failed (the enable log line says why). An off "
+        "part's series are absent or stop.",
+    ),
     _c(
         "kvobs_instrumentation_errors_total",
         "{error}",

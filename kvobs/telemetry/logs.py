@@ -166,8 +166,10 @@ def use_host_handlers(host: str | None, fmt: str | None = None) -> None:
     ours.propagate = False
 
 
-def capacity_line(plan: CapacityPlan) -> str:
-    """The capacity of every tier and what it means, on one human-readable line.
+def capacity_line(plan: CapacityPlan, unreadable: Mapping[str, str] | None = None) -> str:
+    """The capacity of every tier and what it means, on one human-readable line;
+    ``unreadable`` names each tier kvobs could not read and why (``{"gpu": "unreadable on
+    vLLM 0.35.0: ..."}``), in words, where the line would otherwise leave it out.
 
     Example:
         >>> from kvobs.capacity import TierCapacity
@@ -183,6 +185,8 @@ def capacity_line(plan: CapacityPlan) -> str:
         if t.block_bytes else f"{t.tier} {t.blocks:,} blocks = {t.tokens_text} (bytes unknown)"
         for t in plan.tiers
     )
+    missing = "; ".join(f"{tier} tier {why}" for tier, why in (unreadable or {}).items())
+    tiers = "; ".join(text for text in (tiers, missing) if text)
     per_token = f", {plan.bytes_per_token:,} B/token" if plan.bytes_per_token else ""
     parts = [f"KV cache capacity ({plan.model}{per_token}): {tiers}"]
     if plan.bounded_by is not None:

@@ -129,3 +129,14 @@ def test_a_cache_tier_whose_blocks_hold_no_whole_tokens_has_its_tokens_left_out(
     series = snapshot_series(rec.snapshot())
     assert "kvobs_tier_capacity_tokens" not in series
     assert series["kvobs_tier_capacity_bytes"] == [({"tier": "host"}, 24 * 4096)]
+
+
+def test_a_tier_kvobs_cannot_read_is_named_unreadable_never_a_zero_concurrency():
+    """The GPU tier unread (an engine release whose pool changed shape): the line says so
+    in words and the event gives no concurrency at all, never "max concurrency 0.00x"."""
+    plan = CapacityPlan.from_blocks(LLAMA, {"host": 64}, request_tokens=1024)
+    why = "unreadable on vLLM 0.35.0: BlockPool.null_block.block_hash is missing"
+    line = capacity_line(plan, {"gpu": why})
+    assert line.startswith("KV cache capacity (llama-3-8b, 131,072 B/token): host 64 blocks")
+    assert f"gpu tier {why}" in line and "max concurrency" not in line
+    assert plan.as_event()["max_concurrency"] is None and plan.as_event()["bounded_by"] is None

@@ -23,6 +23,9 @@ ALLOWED_LABELS = {
     "device",
     "source",  # the prefill cost's source: four values
     "le",  # reuse-distance bounds: 15 values, fixed by the configured capacity
+    "engine_version",  # the engine release this process runs: one value
+    "support",  # tested, untested, older
+    "part",  # the parts of an engine kvobs reads (kvobs.adapters.gate.PARTS)
 }
 
 

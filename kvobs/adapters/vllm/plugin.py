@@ -87,7 +87,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from kvobs.adapters import _plugin
+from kvobs.adapters import _plugin, gate
+from kvobs.adapters._hooks import Instrumentation
 from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_scheduler
 from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
@@ -130,6 +131,7 @@ class _Enabled:
         """The process's recorder; the first call creates it and starts telemetry."""
         if self.recorder is None:
             rec = Recorder(engine="vllm", model=model, labels=labels)
+            rec.add_source(gate.info_source("vllm", self.parts))
             settings = _plugin.settings(_log, host_logger="vllm")
             self.telemetry = _plugin.start_telemetry(rec, _log, port_offset, config=settings,
                                                      host_logger="vllm")
@@ -149,8 +151,16 @@ class _Enabled:
             tiering = _attach_tiering(scheduler, rec, inst)
             if tiering is not None:
                 self.instrumentations.append(tiering)
-        _log_capacity(scheduler, rec)
+            parts = [*inst.parts, *(tiering.parts if tiering is not None else ())]
+        gate.log_enabled(_log, "vllm", parts, **rec.labels)
+        _log_capacity(scheduler, rec, inst)
         return inst
+
+    def parts(self) -> list[Instrumentation]:
+        """Every instrumented part of every engine object in this process."""
+        with self.lock:
+            return [part for inst in self.instrumentations for part in
+                    (inst.parts if hasattr(inst, "parts") else (inst,))]
 
     def remember_spec(self, spec: Any) -> None:
         """Keep an offloading spec vLLM created until its scheduler is instrumented: the
@@ -189,6 +199,7 @@ class _Enabled:
             inst = instrument_offloading_worker(connector_worker.worker, rec,
                                                 links=self._worker_links(rec))
             self.instrumentations.append(inst)
+        gate.log_enabled(_log, "vllm", [inst], **labels)
         return inst
 
     def _worker_links(self, rec: Recorder) -> Callable[[str, str], LinkRecorder]:
@@ -346,12 +357,18 @@ def _model_name(vllm_config: Any) -> str:
                               or getattr(model_config, "model", None))
 
 
-def _log_capacity(scheduler: Any, rec: Recorder) -> None:
+def _log_capacity(scheduler: Any, rec: Recorder, inst: VllmInstrumentation) -> None:
     """One ``kv_cache_capacity`` event listing every tier (GPU, host, disk...), never added
     up, and the same as one human line in vLLM's own log, after vLLM's "GPU KV cache
-    size" line (which counts the GPU tier alone, its null block included)."""
+    size" line (which counts the GPU tier alone, its null block included). A tier kvobs
+    cannot read on this release is named unreadable, with the reason, in both."""
     from kvobs.capacity import CapacityPlan
     from kvobs.telemetry.logs import capacity_line
+
+    release = gate.release("vllm")[0]
+    unreadable = {state.part.removesuffix("_tier"): f"unreadable on vLLM {release}: {state.why}"
+                  for state in gate.part_states(inst.parts)
+                  if state.part in ("gpu_tier", "host_tier") and not state.on}
 
     model_config = getattr(getattr(scheduler, "vllm_config", None), "model_config", None)
     request_tokens = int(getattr(model_config, "max_model_len", 0) or 8192)
@@ -360,8 +377,8 @@ def _log_capacity(scheduler: Any, rec: Recorder) -> None:
     plan = CapacityPlan.from_recorder(rec, request_tokens=request_tokens,
                                       bytes_per_token=per_token)
     _log.info("kv_cache_capacity", engine="vllm", **plan.as_event(), **rec.labels,
-              note=_capacity_note(plan))
-    _vllm_logger().info("%s", capacity_line(plan))
+              note=_capacity_note(plan), **({"unreadable": unreadable} if unreadable else {}))
+    _vllm_logger().info("%s", capacity_line(plan, unreadable))
 
 
 def _capacity_note(plan: Any) -> str:
