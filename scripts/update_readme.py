@@ -1,27 +1,35 @@
-"""Regenerate the generated sections of README.md: the metrics table and the event vocabulary.
+"""Regenerate the generated sections of the docs: the metrics table and the event vocabulary.
 
-python scripts/update_readme.py          # rewrite README.md
-python scripts/update_readme.py --check  # exit 1 if README.md is stale
+python scripts/update_readme.py          # rewrite every file below that is stale
+python scripts/update_readme.py --check  # exit 1 if any is stale
+
+Each section lies between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` markers in its
+file; FILES says which sections each file holds and what generates them.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kvobs import catalog, events
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-SECTIONS = {"metrics-table": catalog.markdown_table, "events-table": events.markdown_table}
+ROOT = Path(__file__).resolve().parent.parent
+#: file (relative to the checkout) -> {section name: what writes its body}
+FILES: Mapping[str, Mapping[str, Callable[[], str]]] = {
+    "docs/metrics.md": {"metrics-table": catalog.markdown_table},
+    "docs/engines/index.md": {"events-table": events.markdown_table},
+}
 
 
-def render(text: str) -> str:
+def render(text: str, sections: Mapping[str, Callable[[], str]], name: str = "the file") -> str:
     """``text`` with each generated section between its markers replaced."""
-    for name, table in SECTIONS.items():
-        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    for section, table in sections.items():
+        start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
         if start not in text or end not in text:
-            raise SystemExit(f"README.md lacks the {start} ... {end} markers")
+            raise SystemExit(f"{name} lacks the {start} ... {end} markers")
         head, _, rest = text.partition(start)
         _, _, tail = rest.partition(end)
         text = f"{head}{start}\n{table()}\n{end}{tail}"
@@ -32,14 +40,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only check, do not write")
     args = parser.parse_args()
-    current = README.read_text()
-    wanted = render(current)
-    if args.check:
-        if current != wanted:
-            print("README.md generated tables are stale: run python scripts/update_readme.py")
-            return 1
-        return 0
-    README.write_text(wanted)
+    stale = []
+    for name, sections in FILES.items():
+        path = ROOT / name
+        current = path.read_text()
+        wanted = render(current, sections, name)
+        if current == wanted:
+            continue
+        stale.append(name)
+        if not args.check:
+            path.write_text(wanted)
+    if args.check and stale:
+        print(f"generated tables are stale in {', '.join(stale)}: "
+              "run python scripts/update_readme.py")
+        return 1
     return 0
 
 
