@@ -8,9 +8,10 @@
   dist``), never ``pip install kvobs`` from an index where it is not published; so does
   every install command in the README, the docs and the chart.
 * No package registry's host name is written anywhere in the repository.
-* The README's Prometheus configuration passes ``promtool check config`` with the rules
-  ``kvobs dashboards --out`` writes; its Grafana section names the Grafana version the
-  dashboards' schema pins and provisions the folder ``kvobs dashboards --out`` fills.
+* The Prometheus configuration of the docs (``docs/deployment/prometheus.md``) passes
+  ``promtool check config`` with the rules ``kvobs dashboards --out`` writes; the Grafana
+  page (``docs/deployment/grafana.md``) names the Grafana version the dashboards' schema
+  pins and provisions the folder ``kvobs dashboards --out`` fills.
 """
 
 from __future__ import annotations
@@ -151,22 +152,25 @@ def test_no_package_registry_host_is_written_in_the_repository():
     assert not found, found
 
 
-def _readme_prometheus_yml() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n## Prometheus\n", 1)[1].split("\n## ", 1)[0]
+PROMETHEUS_PAGE = REPO / "docs" / "deployment" / "prometheus.md"
+GRAFANA_PAGE = REPO / "docs" / "deployment" / "grafana.md"
+
+
+def _docs_prometheus_yml() -> str:
+    section = PROMETHEUS_PAGE.read_text()
     blocks = [b for b in re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
               if "scrape_configs" in b]
-    assert len(blocks) == 1, "the README's Prometheus section should hold one prometheus.yml"
+    assert len(blocks) == 1, "the docs' Prometheus page should hold one prometheus.yml"
     return blocks[0]
 
 
-def test_readme_prometheus_config_loads_the_rules_kvobs_writes(tmp_path):
+def test_docs_prometheus_config_loads_the_rules_kvobs_writes(tmp_path):
     promtool = find_tool("promtool", "scripts/deps/prometheus.sh")
     out = tmp_path / "kvobs"
     done = subprocess.run([sys.executable, "-m", "kvobs", "dashboards", "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    config = _readme_prometheus_yml()
+    config = _docs_prometheus_yml()
     assert "/etc/kvobs/rules/*.rules.yaml" in config
     (tmp_path / "prometheus.yml").write_text(config.replace("/etc/kvobs", str(out)))
     done = subprocess.run([str(promtool), "check", "config", str(tmp_path / "prometheus.yml")],
@@ -197,12 +201,8 @@ def test_the_demo_image_installs_torch_from_torch_index_url(index):
     assert (f"--index-url {INDEX} " in done.stdout) == bool(index), done.stdout
 
 
-def _readme_section(title: str) -> str:
-    return (REPO / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-
-
-def test_readme_grafana_section_matches_the_schema_and_what_dashboards_out_writes(tmp_path):
-    section = _readme_section("Grafana")
+def test_docs_grafana_page_matches_the_schema_and_what_dashboards_out_writes(tmp_path):
+    section = GRAFANA_PAGE.read_text()
     source = json.loads((REPO / "dashboards" / "schema" / "source.json").read_text())
     major_minor = ".".join(source["version"].split(".")[:2])
     assert f"**Grafana {major_minor} or newer**" in section
