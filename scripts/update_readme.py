@@ -1,4 +1,5 @@
-"""Regenerate the generated sections of the docs: the metrics table and the event vocabulary.
+"""Regenerate the generated sections of the README and docs: the supported engine releases,
+the metrics table and the event vocabulary.
 
 python scripts/update_readme.py          # rewrite every file below that is stale
 python scripts/update_readme.py --check  # exit 1 if any is stale
@@ -15,10 +16,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kvobs import catalog, events
+from kvobs.adapters import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 #: file (relative to the checkout) -> {section name: what writes its body}
 FILES: Mapping[str, Mapping[str, Callable[[], str]]] = {
+    "README.md": {"versions-table": versions.markdown_table},
     "docs/metrics.md": {"metrics-table": catalog.markdown_table},
     "docs/engines/index.md": {"events-table": events.markdown_table},
 }

@@ -1,4 +1,4 @@
-"""vLLM 0.33 ``Scheduler`` steps -> the measured prefill cost (:mod:`kvobs.benefit`).
+"""vLLM ``Scheduler`` steps -> the measured prefill cost (:mod:`kvobs.benefit`).
 
 The engine core runs one step as ``schedule()`` -> the model executes the
 ``SchedulerOutput`` -> ``update_from_output(scheduler_output, model_runner_output)``.
@@ -83,6 +83,9 @@ def _pattern(every: int) -> tuple[bool, ...]:
     return (True,) + (False,) * (every - 1)
 
 
+_NONE: frozenset[str] = frozenset()
+
+
 def step_tokens(out: Any) -> tuple[int, int]:
     """``(prefill, decode)`` tokens a ``SchedulerOutput`` schedules."""
     counts = out.num_scheduled_tokens
@@ -90,7 +93,9 @@ def step_tokens(out: Any) -> tuple[int, int]:
     for new in out.scheduled_new_reqs:
         prefill += counts.get(new.req_id, 0)
     cached = out.scheduled_cached_reqs
-    resumed = cached.resumed_req_ids
+    # vLLM 0.33 schedules a resumed request as a cached one and names it here; from 0.34
+    # it is sent again as a new request (counted above) and the field is gone
+    resumed = getattr(cached, "resumed_req_ids", _NONE)
     outputs = cached.num_output_tokens
     if resumed or 0 in outputs:  # a decode-only step skips the walk
         for req_id, n_out in zip(cached.req_ids, outputs, strict=False):

@@ -1,8 +1,10 @@
-"""vLLM 0.33 ``OffloadingWorker`` (the worker side of offloading) -> transfer durations.
+"""vLLM's ``OffloadingWorker`` (the worker side of offloading) -> transfer durations.
 
-The worker process moves the KV data: ``submit_store(job_id, src_spec, dst_spec)``
-copies GPU blocks to the offload medium, ``submit_load(job_id, src_spec, dst_spec)``
-copies them back, and ``get_finished()`` returns one ``TransferResult(job_id, success,
+The worker process moves the KV data: ``submit_store(job_id, _, dst_spec)`` copies GPU
+blocks to the offload medium, ``submit_load(job_id, src_spec, _)`` copies them back (the
+GPU side is a ``GPULoadStoreSpec`` in vLLM 0.33, resolved ``DevicePointers`` from 0.34:
+kvobs reads only the offload medium's spec, the same third / second parameter in both),
+and ``get_finished()`` returns one ``TransferResult(job_id, success,
 transfer_size, transfer_time)`` per job that completed. ``transfer_time`` is what vLLM's
 CPU worker measures between two CUDA events on the copy stream, i.e. device time; a
 worker that reports none is timed by wall clock from submission to the
@@ -79,9 +81,9 @@ class TransferInstrumentation(Instrumentation):
 
 
 def _chunks(spec: Any) -> int:
-    """Blocks of the offload medium's side of a transfer (CPU chunks)."""
-    ids = getattr(spec, "block_ids", None)
-    return len(ids) if ids is not None else 0
+    """Blocks of the offload medium's side of a transfer (CPU chunks); a spec without
+    ``block_ids`` (a release that moved it) raises, and the hook retires."""
+    return len(spec.block_ids)
 
 
 def _job_id(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
@@ -130,8 +132,8 @@ def _finished(inst: TransferInstrumentation, state: None, results: Any) -> None:
 
 
 SPEC = AdapterSpec(COMPONENT, ("OffloadingWorker",), (
-    Hook("submit_store", ("job_id", "src_spec", "dst_spec"), "track", after=_submitted(True)),
-    Hook("submit_load", ("job_id", "src_spec", "dst_spec"), "track", after=_submitted(False)),
+    Hook("submit_store", ("job_id",), "track", after=_submitted(True)),
+    Hook("submit_load", ("job_id", "src_spec"), "track", after=_submitted(False)),
     Hook("get_finished", (), "transfer, fail", after=_finished),
 ))
 
