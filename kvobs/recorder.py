@@ -1,10 +1,9 @@
 """The hot path: plain integer counters that engine adapters bump on every event.
 
-An allocator event costs one method call and one integer add: the event methods of
-tiers and links are C (:data:`TierCore`, :data:`LinkCore`: 11-27 ns an event warm, 38-63 ns
-a transfer) where the extension was built, their Python twins (50-79 / 229-327 ns) elsewhere.
-Nothing here calls a telemetry library, takes a lock per block, logs, or
-allocates per event; sinks read :meth:`Recorder.snapshot` at collection time instead.
+An allocator event costs one method call and one integer add (:class:`TierCore`,
+:class:`LinkCore`; ``benchmarks/recorder_overhead.py`` measures them). Nothing here calls
+a telemetry library, takes a lock per block, logs, or allocates per event; sinks read
+:meth:`Recorder.snapshot` at collection time instead.
 
 The events are the vocabulary of :mod:`kvobs.events`. Occupancy is derived from the
 counters rather than kept as separate gauges, so every event touches a single counter::
@@ -33,14 +32,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from types import MemberDescriptorType
-from typing import TYPE_CHECKING, Any
 
 from kvobs.benefit import PrefillCost
 from kvobs.catalog import EVICTION_REASONS
 from kvobs.errors import ConfigError, UnknownTierError
 from kvobs.events import Keys
-from kvobs.kernels._ext import native
 from kvobs.residency import ResidencyTracker
 from kvobs.reuse import ReuseProfile
 from kvobs.samples import SampleHistograms
@@ -69,13 +65,12 @@ WRITTEN_MAX = 4096
 _log = get_logger("kvobs")
 
 
-class PyTierCore:
-    """A tier's event counters in Python: :class:`TierRecorder`'s base where the C
-    extension was not built (or ``KVOBS_NATIVE=0``), and the reference its C twin
-    (``kvobs.kernels._native.TierCore``) is tested against.
+class TierCore:
+    """A tier's event counters, :class:`TierRecorder`'s base: the event methods of
+    :class:`~kvobs.events.TierEvents`.
 
     Every method is one or two integer adds and never raises for valid ints; keyed
-    events also feed the tier's thrash and residency trackers.
+    events also feed the tier's thrash and residency trackers (one C call each).
     """
 
     __slots__ = (
@@ -104,7 +99,7 @@ class PyTierCore:
         """``n`` free blocks were handed to requests (free -> in use)."""
         self.allocations += n
         if keys is not None and self.residency is not None:
-            self.residency.born(keys)  # one C call with the extension
+            self.residency.born(keys)
 
     def free(self, n: int = 1, cached: bool = False) -> None:
         """``n`` blocks were released: kept as cached data if ``cached``, else emptied."""
@@ -147,19 +142,11 @@ class PyTierCore:
             self.evictions["other"] += n
 
 
-#: The event counters under :class:`TierRecorder`: in C where the extension was built (an
-#: adapter's reader then pays a C call per event, not a Python frame), else in Python.
-if TYPE_CHECKING:
-    TierCore = PyTierCore
-else:
-    TierCore = getattr(native, "TierCore", None) or PyTierCore
-
-
 class TierRecorder(TierCore):
     """Counters of one tier, fed by the :class:`~kvobs.events.TierEvents` vocabulary.
 
     Bind once (``gpu = rec.tier("gpu")``), call per event. Every event method
-    (``allocate`` / ``free`` / ``reuse`` / ``store`` / ``evict``, from :data:`TierCore`) is
+    (``allocate`` / ``free`` / ``reuse`` / ``store`` / ``evict``, from :class:`TierCore`) is
     one or two integer adds and never raises for valid ints.
     """
 
@@ -249,10 +236,9 @@ class TierRecorder(TierCore):
         )
 
 
-class PyLinkCore:
-    """A link's event counters in Python: :class:`LinkRecorder`'s base where the C
-    extension was not built (or ``KVOBS_NATIVE=0``), and the reference its C twin
-    (``kvobs.kernels._native.LinkCore``) is tested against."""
+class LinkCore:
+    """A link's event counters, :class:`LinkRecorder`'s base: the event methods of
+    :class:`~kvobs.events.LinkEvents`."""
 
     __slots__ = (
         "blocks",
@@ -281,8 +267,13 @@ class PyLinkCore:
         self.operations += 1
         self.blocks += blocks
         self.bytes += nbytes
-        if seconds is not None:
-            self.timed(seconds)
+        if seconds is not None:  # timed(seconds), written out: one frame per transfer
+            self.seconds += seconds
+            durations = self.durations
+            if len(durations) < self.buffer_limit:
+                durations.append(seconds)
+            else:
+                self.dropped_samples += 1
 
     def timed(self, seconds: float) -> None:
         """One transfer took ``seconds`` (device time where there is a device)."""
@@ -323,15 +314,9 @@ class PyLinkCore:
     failed = fail
 
 
-if TYPE_CHECKING:
-    LinkCore = PyLinkCore
-else:  # in C where the extension was built, as TierCore
-    LinkCore = getattr(native, "LinkCore", None) or PyLinkCore
-
-
 class LinkRecorder(LinkCore):
     """Transfers in one direction, fed by the :class:`~kvobs.events.LinkEvents` vocabulary
-    (the event methods come from :data:`LinkCore`).
+    (the event methods come from :class:`LinkCore`).
 
     ``transfer`` is called once per batch, not per block. Durations go to a bounded
     buffer that the telemetry sink drains into a histogram at collection time; when it
@@ -380,24 +365,6 @@ class LinkRecorder(LinkCore):
             self.seconds,
             self.counts,
         )
-
-
-def on_python_counters(cls: type[TierRecorder] | type[LinkRecorder]) -> type[Any]:
-    """``cls`` (:class:`TierRecorder` or :class:`LinkRecorder`) rebuilt on the pure-Python
-    event counters (:class:`PyTierCore` / :class:`PyLinkCore`): the same class body, as
-    where the extension is not built. For A/B runs and tests of the C counters in one
-    process.
-
-    Example:
-        >>> tier = on_python_counters(TierRecorder)("gpu", 8, 16, 1)
-        >>> tier.allocate(2); isinstance(tier, PyTierCore), tier.allocations
-        (True, 2)
-    """
-    core = PyTierCore if issubclass(cls, TierRecorder) else PyLinkCore
-    body = {name: value for name, value in vars(cls).items()
-            if name not in ("__dict__", "__weakref__")
-            and not isinstance(value, MemberDescriptorType)}  # the slots are declared anew
-    return type(cls.__name__, (core,), body)
 
 
 class Recorder:
