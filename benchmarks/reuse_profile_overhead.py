@@ -9,8 +9,7 @@ the ticks (lookups and the answers' written blocks), is a second estimate with l
 noise. ``--control`` profiles both pools: on a shared VM two pool instances of 2.2 GB
 can differ by more than the profile costs (1.18-1.19x measured with both profiled), and
 then only the share inside the profile is a figure. Block copies are real (kvobs.kernels
-on CPU), as in ``kvobs demo``. The profile runs in the C core where it was built
-(``kvobs.kernels._native``), else in pure Python.
+on CPU), as in ``kvobs demo``. The profile runs in its C core (``ReuseCore``).
 
 ``--per-key`` times the profile alone instead: a multi-turn chat stream (lookups and
 decode-written answers, ``tests/lru_oracle.py``) replayed into fresh profiles, the default
@@ -96,7 +95,6 @@ def measure(chunks: int, ticks: int, gpu_blocks: int, host_blocks: int,
         "references": profile.total,
         "sampled_references": profile.sampled,
         "sample_rate": profile.rate,
-        "native": profile.native,
     }
 
 
@@ -134,8 +132,7 @@ def per_key(capacities: list[int], rounds: int, requests: int) -> list[dict[str,
         medians = {name: statistics.median(t) for name, t in times.items()}
         rows.append({"capacity": capacity, "rate": ReuseProfile(capacity).rate, "keys": keys,
                      "ns_per_key": medians, "tracking_rate": shares,
-                     "exact_keys": ReuseProfile(capacity).exact_keys,
-                     "native": ReuseProfile(capacity).native})
+                     "exact_keys": ReuseProfile(capacity).exact_keys})
     return rows
 
 
@@ -168,8 +165,7 @@ def main() -> None:
         for row in rows:
             ns = row["ns_per_key"]
             print(f"capacity {row['capacity']:,} blocks (rate {row['rate']:g}, exact stack "
-                  f"{row['exact_keys']:,} blocks), {row['keys']:,} keys, "
-                  f"{'C core' if row['native'] else 'pure Python'}: " + ", ".join(
+                  f"{row['exact_keys']:,} blocks), {row['keys']:,} keys: " + ", ".join(
                       f"{name} {ns[name]:.0f} ns/key ({ns[name] / ns['default']:.2f}x; "
                       f"share {row['tracking_rate'][name]:g} at the end)" for name in ns))
         return
@@ -185,7 +181,7 @@ def main() -> None:
     print(f"ratio {result['ratio']:.3f}x (goal <= 1.02x); time inside the profile "
           f"{result['share_inside_profile']:.2%} of the ticks; {result['references']:,} "
           f"references, {result['sampled_references']:,} sampled at rate "
-          f"{result['sample_rate']:g} ({'C core' if result['native'] else 'pure Python'})")
+          f"{result['sample_rate']:g}")
 
 
 if __name__ == "__main__":

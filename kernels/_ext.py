@@ -1,24 +1,14 @@
-"""The optional C extension, or None where it was not built (no C compiler at install).
+"""The C extension, ``kvobs.kernels._native`` (built by ``pip install``; required).
 
-``KVOBS_NATIVE=0`` leaves it unloaded: every part then runs its pure-Python (or torch)
-path, the reference the C paths are tested against; the mutation check
-(``scripts/mutation_check.py``) judges its mutants of those Python paths so.
+One module, one C file per concern (``kernels/*.c``): the host block-copy loops
+(``plan_pairs``, ``plan_seq``, ``copy_runs``, ``memcpy``, ``has_stream_copy``), the vLLM
+block pool walk (``walk_slots``) and the cores of the reuse profile, the thrash tracker
+and the residency sampler (``ReuseCore``, ``ThrashCore``, ``ResidencyCore``). Each is the
+only implementation of what it does; its tests hold it to an oracle in ``tests/``.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-from types import ModuleType
+from kvobs.kernels import _native as native
 
-
-def _load() -> ModuleType | None:
-    if os.environ.get("KVOBS_NATIVE", "").strip() == "0":
-        return None
-    try:
-        return importlib.import_module("kvobs.kernels._native")
-    except ImportError:  # no C compiler at install time: the torch path runs instead
-        return None
-
-
-native: ModuleType | None = _load()
+__all__ = ["native"]

@@ -64,9 +64,7 @@ buckets is every reference times ``R`` (the SHARDS-adj correction is 0). At rate
 second one is kept. The exact stack costs about as much per key as the sampled one while
 it tracks every block, and up to ~7.5 MB when full. Per reference the hot path pays one
 hash and compare; a tracked one an order-statistics query on a Fenwick tree (in each
-stack that tracks it): ~0.1-0.3 us in the C core
-(``kvobs.kernels._native.ReuseCore``), a few microseconds in the pure-Python fallback
-used where the extension was not built (both give the same counts on the same input).
+stack that tracks it): ~0.1-0.3 us in the C core (``ReuseCore``, kernels/reuse.c).
 
 Prefix semantics: engines stop matching at a request's first missing block. Under LRU
 with prefix-structured keys this needs no special case: a block's ancestors are
@@ -85,19 +83,14 @@ Example:
 
 from __future__ import annotations
 
-import threading
-from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Sequence
-from itertools import islice
 from typing import Any
 
 from kvobs.errors import ConfigError
-from kvobs.kernels._ext import native as _native
+from kvobs.kernels._ext import native
 
 _SPACE = 1 << 24  # the sampling threshold's resolution
-_LOW_BITS = _SPACE - 1
-_UNTRACKED = -2  # _sample: the key is not tracked (above the threshold)
 
 #: Bucket bounds as multiples of the configured capacity (cold references: +Inf).
 BUCKET_FACTORS: tuple[float, ...] = (
@@ -121,29 +114,6 @@ def default_rate(capacity_blocks: int, max_keys: int = DEFAULT_MAX_KEYS,
     return rate
 
 
-class _Fenwick:
-    """Prefix sums over slots 0..n-1 (1 marks a block's latest reference time)."""
-
-    __slots__ = ("tree",)
-
-    def __init__(self, size: int) -> None:
-        self.tree = [0] * (size + 1)
-
-    def add(self, slot: int, delta: int) -> None:
-        tree, i = self.tree, slot + 1
-        while i < len(tree):
-            tree[i] += delta
-            i += i & -i
-
-    def prefix(self, slot: int) -> int:
-        """Sum of slots 0..slot-1."""
-        tree, i, total = self.tree, slot, 0
-        while i > 0:
-            total += tree[i]
-            i -= i & -i
-        return total
-
-
 class ReuseProfile:
     """A reuse-distance profile of block references with a fixed memory bound: exact for
     every distance up to ``exact_keys`` blocks, and beyond it exact until ``max_keys``
@@ -157,9 +127,8 @@ class ReuseProfile:
             :func:`default_rate`.
         max_keys: most blocks tracked at once.
         keep_samples: also keep every counted distance (offline what-if: any size
-            can then be read exactly instead of at bucket bounds). Pure Python.
-        native: use the C core (default: where it was built and ``keep_samples`` is
-            off); ``False`` forces the pure-Python path.
+            can then be read exactly instead of at bucket bounds; 16 bytes a counted
+            reference, so not for an engine that runs for days).
         adaptive: track every block at first, and halve the tracked share down to
             ``rate`` only as ``max_keys`` fills (exact until then; never raised again);
             ``False`` tracks the blocks sampled at ``rate`` alone (plain SHARDS).
@@ -174,8 +143,7 @@ class ReuseProfile:
 
     def __init__(self, capacity_blocks: int, rate: float | None = None,
                  max_keys: int = DEFAULT_MAX_KEYS, keep_samples: bool = False,
-                 native: bool | None = None, adaptive: bool = True,
-                 exact_keys: int | None = None) -> None:
+                 adaptive: bool = True, exact_keys: int | None = None) -> None:
         if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) \
                 or capacity_blocks <= 0:
             raise ConfigError(f"reuse profile: capacity_blocks must be a positive integer, "
@@ -199,14 +167,8 @@ class ReuseProfile:
         self.bounds: tuple[int, ...] = tuple(sorted(
             {max(1, round(f * capacity_blocks)) for f in BUCKET_FACTORS}))
         self._weight = 1.0 / self.rate
-        # tracked (recency kept, distances measured among them): from every block, halved
-        # down to the counted ones as max_keys fills
-        self._set_track(_SPACE if adaptive else self._threshold)
-        self._lock = threading.Lock()
-        self.samples: list[float] | None = [] if keep_samples else None
-        self._sample_weights: list[float] = []  # with keep_samples: each one's weight
-        use_native = _native is not None and not keep_samples if native is None \
-            else bool(native) and _native is not None and not keep_samples
+        #: whether every counted distance is kept (:meth:`hit_ratio` then reads any size)
+        self.keep_samples = keep_samples
         if exact_keys is None:  # by default where this profile samples and runs online
             exact_keys = max_keys if not keep_samples else 0
         #: the most recent blocks whose distances are exact whatever the rate (an exact
@@ -214,44 +176,25 @@ class ReuseProfile:
         #: buckets up to it read from there; 0 at rate 1, where this profile is exact
         self.exact_keys = exact_keys if self.rate < 1 and not keep_samples else 0
         self._near = ReuseProfile(capacity_blocks, rate=1.0, max_keys=self.exact_keys,
-                                  native=use_native, adaptive=False, exact_keys=0) \
-            if self.exact_keys else None
-        # a distance the sample finds for a block the exact stack did not: beyond it
-        self._floor = self.exact_keys + 1.0 if self._near is not None else 0.0
-        self._core: Any = _native.ReuseCore(
-            max_keys, self._threshold, self._weight, self.bounds, self._track,
-            None if self._near is None else self._near.core) if use_native else None
+                                  adaptive=False, exact_keys=0) if self.exact_keys else None
+        # tracked (recency kept, distances measured among them): from every block, halved
+        # down to the counted ones as max_keys fills
+        track = _SPACE if adaptive else self._threshold
+        self._core: Any = native.ReuseCore(
+            max_keys, self._threshold, self._weight, self.bounds, track,
+            None if self._near is None else self._near.core, samples=keep_samples)
         #: ``record(keys, counted)``: :meth:`reference` (counted) or :meth:`write` in one
-        #: call, the C core's own method where it runs (no Python frame per lookup).
-        self.record: Callable[[Sequence[Hashable], bool], None] = \
-            self._core.reference if self._core is not None else self._record
+        #: call, the C core's own method (no Python frame per lookup).
+        self.record: Callable[[Sequence[Hashable], bool], None] = self._core.reference
         #: ``written_then_reference(written, keys)``: the blocks written since the last
-        #: lookup (a list, emptied), then a lookup's keys; one C call where the core runs.
+        #: lookup (a list, emptied), then a lookup's keys; one C call.
         self.written_then_reference: Callable[[list[Hashable], Sequence[Hashable]], None] = \
-            self._core.written_then_reference if self._core is not None \
-            else self._written_then_reference
-        # the pure-Python state (unused with the C core)
-        # counted references per bucket (last: +Inf), in samples at the rate
-        self._counts = [0.0] * (len(self.bounds) + 1)
-        self._last: OrderedDict[int, int] = OrderedDict()  # tracked key -> latest slot
-        self._when: dict[int, int] = {}  # tracked key -> its latest reference's number
-        self._refs = 0          # references seen, tracked or not, counted or not
-        self._slots = 4 * max_keys
-        self._tree = _Fenwick(self._slots if self._core is None else 0)
-        self._clock = 0
-        self._sampled = 0.0     # counted references, in samples at the rate
-        self._total = 0         # all counted references, tracked or not
-        self._forgotten = 0     # tracked blocks dropped by the max_keys bound
+            self._core.written_then_reference
 
     @property
     def core(self) -> Any:
-        """The C core (``kvobs.kernels._native.ReuseCore``), or None on the Python path."""
+        """The C core (``kvobs.kernels._native.ReuseCore``)."""
         return self._core
-
-    @property
-    def native(self) -> bool:
-        """Whether the C core runs this profile."""
-        return self._core is not None
 
     @property
     def tracking_rate(self) -> float:
@@ -265,7 +208,7 @@ class ReuseProfile:
             >>> profile.reference(range(4, 100)); profile.tracking_rate
             0.25
         """
-        track = self._core.track if self._core is not None else self._track
+        track = self._core.track
         return self.rate if track == self._threshold else track / _SPACE
 
     @property
@@ -295,21 +238,6 @@ class ReuseProfile:
         """
         self.record(keys, True)
 
-    def _written_then_reference(self, written: list[Hashable],
-                                keys: Sequence[Hashable]) -> None:
-        if written:
-            taken = written[:]
-            written.clear()
-            self._record(taken, False)
-        self._record(keys, True)
-
-    def _record(self, keys: Sequence[Hashable], counted: bool) -> None:
-        if not isinstance(keys, (list, tuple)):  # any iterable, as the C core takes it
-            keys = list(keys)
-        if counted:
-            self._total += len(keys)
-        self._python(keys, counted)
-
     def write(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` entered the cache without a lookup (written during decode):
         they become the most recent blocks; nothing is counted.
@@ -322,190 +250,10 @@ class ReuseProfile:
         """
         self.record(keys, False)
 
-    def _python(self, keys: Sequence[Hashable], counted: bool) -> None:
-        # The keys (a list or tuple: _record made it one) as the C core reads them: at most
-        # the call's length, each read live (a key's __hash__ may change the list), so both
-        # give the same reference numbers.
-        threshold, read = self._track, 0
-        picked = []
-        every: list[int] | None = [] if self._near is not None else None
-        for read, key in enumerate(islice(keys, len(keys)), 1):
-            bits = hash((key,))
-            if every is not None:
-                every.append(bits)
-            if bits & _LOW_BITS < threshold:
-                picked.append((read, bits))
-        near = self._near
-        if near is None or every is None:
-            with self._lock:
-                first = self._refs  # the call's i-th key (from 1) is reference number first + i
-                self._refs += read
-                for i, bits in picked:
-                    self._sample(bits, counted, first + i)
-            return
-        found = near._take(every, counted, len(keys))
-        with self._lock:
-            first = self._refs
-            self._refs += read
-            k = 0
-            for i in range(1, read + 1):
-                # a block the exact stack found is counted there: here only its recency;
-                # the others go to _count_far (a tracked one counted for the untracked
-                # ones since too)
-                bucket = _UNTRACKED
-                if k < len(picked) and picked[k][0] == i:
-                    bucket = self._sample(picked[k][1], False, first + i, self._floor)
-                    k += 1
-                if counted and not found[i - 1]:
-                    self._count_far(bucket)
-
-    def _take(self, hashed: list[int], counted: bool, keys: int) -> list[bool]:
-        """The exact stack's feed: every key's hash of one call of the profile that holds
-        it (``keys`` the call's length, as its total counts it); whether each was found
-        (its distance, at most :attr:`max_keys`, counted here)."""
-        if counted:
-            self._total += keys
-        cold = len(self.bounds)
-        with self._lock:
-            first = self._refs
-            self._refs += len(hashed)
-            return [self._sample(bits, counted, first + i) < cold
-                    for i, bits in enumerate(hashed, 1)]
-
-    def _count_far(self, bucket: int) -> None:
-        """A reference the exact stack did not find, into this (sampled) profile's counts,
-        which then hold those alone. A tracked one (``bucket``: where it landed) stands
-        for as many of them as there were per tracked one since the tracked share last
-        changed (itself included), each weighing one reference (``rate`` samples): the
-        counts so add up to about every such reference, however many more or fewer the
-        sample holds than the share expects (a ratio estimate: what SHARDS-adj corrects
-        at the shortest distances, which are the exact stack's here)."""
-        self._far_refs += 1
-        if bucket < 0:
-            return
-        self._far_tracked += 1
-        w = 1.0 / self._weight * self._far_refs / self._far_tracked
-        self._sampled += w
-        self._counts[bucket] += w
-
-    def _sample(self, bits: int, counted: bool, when: int, floor: float = 0.0) -> int:
-        """One tracked reference (a distance found is at least ``floor``), counted if
-        ``counted``; its bucket (the last: cold), or ``_UNTRACKED``."""
-        # The Fenwick operations are inlined: this runs once per tracked reference.
-        if bits & _LOW_BITS >= self._track:  # dropped earlier in this call
-            return _UNTRACKED
-        last = self._last
-        if bits not in last and len(last) >= self.max_keys and self._track > self._threshold:
-            self._lower_track()
-            if bits & _LOW_BITS >= self._track:
-                return _UNTRACKED
-        if self._clock == self._slots:
-            self._compact()
-        tree = self._tree.tree
-        size = len(tree)
-        now = self._clock
-        self._clock = now + 1
-        previous = last.get(bits)
-        distance: float | None = None
-        weight = self._track_weight
-        if previous is None:
-            if len(last) >= self.max_keys:
-                oldest, i = last.popitem(last=False)
-                self._when.pop(oldest, None)
-                i += 1
-                while i < size:
-                    tree[i] -= 1
-                    i += i & -i
-                self._forgotten += 1
-        else:
-            # Sampled references since the previous one bound the distinct blocks since:
-            # a short gap lands in the first bucket without counting them.
-            gap = (now - previous) * weight
-            if gap <= self.bounds[0] and self.samples is None:
-                distance = gap
-            else:
-                i, older = previous + 1, 0
-                while i > 0:
-                    older += tree[i]
-                    i -= i & -i
-                distance = (len(last) - older + 1) * weight  # distinct since, + itself
-                if weight > 1:  # no more distinct blocks than references since: a
-                    # bound the scaled sample can overshoot (a loop of exactly a bucket
-                    # bound's length); every block tracked, the distance is exact
-                    distance = min(distance, when - self._when[bits])
-            distance = max(distance, floor)
-            i = previous + 1
-            while i < size:
-                tree[i] -= 1
-                i += i & -i
-            last.move_to_end(bits)
-        last[bits] = now
-        if self._weight > 1:
-            self._when[bits] = when
-        i = now + 1
-        while i < size:
-            tree[i] += 1
-            i += i & -i
-        bucket = len(self.bounds) if distance is None else bisect_left(self.bounds, distance)
-        if not counted:
-            return bucket
-        self._sampled += self._count_weight
-        self._counts[bucket] += self._count_weight
-        if self.samples is not None:
-            self.samples.append(float("inf") if distance is None else distance)
-            self._sample_weights.append(self._count_weight)
-        return bucket
-
-    def _set_track(self, track: int) -> None:
-        """Track the blocks whose hash bits fall below ``track``: the scale of a distance
-        and what a counted reference adds to the counts, in samples at the rate (the
-        exported unit: 1 at the rate, 1/16 at rate 1/16 while every block is tracked),
-        follow from it."""
-        at_rate = track == self._threshold
-        self._track = track
-        # with the exact stack: references beyond it, and of them those tracked, since the
-        # tracked share last changed (the ratio of the share before is not this one's)
-        self._far_refs = self._far_tracked = 0
-        self._track_weight = self._weight if at_rate else _SPACE / track
-        self._count_weight = 1.0 if at_rate else self._track_weight / self._weight
-
-    def _lower_track(self) -> None:
-        """Halve the tracked share (not below the rate) and drop the blocks above it, until
-        fewer than ``max_keys`` are tracked or it is down to the rate."""
-        while len(self._last) >= self.max_keys and self._track > self._threshold:
-            self._set_track(max(self._track // 2, self._threshold))
-            for bits in [b for b in self._last if b & _LOW_BITS >= self._track]:
-                del self._last[bits]
-                self._when.pop(bits, None)
-            self._compact()
-
-    def _compact(self) -> None:
-        """Renumber live slots 0..n-1 in recency order (the tree is full of dead slots);
-        the new tree is built in one linear pass."""
-        live = len(self._last)
-        for slot, bits in enumerate(self._last):
-            self._last[bits] = slot
-        tree = [0] * (self._slots + 1)
-        for i in range(1, live + 1):
-            tree[i] += 1
-            parent = i + (i & -i)
-            if parent <= self._slots:
-                tree[parent] += tree[i]
-        for i in range(live + 1, self._slots + 1):  # carry partial sums past the live slots
-            parent = i + (i & -i)
-            if parent <= self._slots:
-                tree[parent] += tree[i]
-        self._tree.tree = tree
-        self._clock = live
-
     def _stats(self) -> tuple[int, float, int, int]:
         """``(total, sampled, forgotten, tracked)``; with the exact near profile, sampled
         is exactly ``total * rate`` (what its counts add up to, see :meth:`counts`)."""
-        if self._core is not None:
-            total, sampled, forgotten, tracked = self._core.stats()
-        else:
-            total, sampled, forgotten, tracked = (self._total, self._sampled,
-                                                  self._forgotten, len(self._last))
+        total, sampled, forgotten, tracked = self._core.stats()
         if self._near is not None:
             sampled = total * self.rate
         return total, sampled, forgotten, tracked
@@ -548,8 +296,7 @@ class ReuseProfile:
         sample's count of the references the exact stack did not find (farther than
         ``exact_keys``) to every reference it found, the running sum capped by every
         reference. Each running sum, and so every exported ``le`` counter, only grows."""
-        sampled: list[float] = self._core.counts() if self._core is not None \
-            else list(self._counts)
+        sampled: list[float] = self._core.counts()
         near = self._near
         if near is None:
             return sampled
@@ -589,9 +336,8 @@ class ReuseProfile:
         total, sampled, _, _ = self._stats()
         if not sampled or total * self.rate <= 0:
             return 0.0
-        if self.samples is not None:
-            hits = sum(w for d, w in zip(self.samples, self._sample_weights, strict=True)
-                       if d <= size_blocks)
+        if self.keep_samples:
+            hits = self._core.hits(size_blocks)
             return adjusted_hit_ratio(hits, sampled, total, self.rate)
         points = [(bound, adjusted_hit_ratio(hits, sampled, total, self.rate))
                   for bound, hits in self.cumulative()[:-1]]

@@ -64,10 +64,10 @@ def apply(mutant: Mutant, tree: Path) -> None:
 def suite_env(tree: Path) -> dict[str, str]:
     """The environment the suites run in: the mutant tree first on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVOBS_", "PYTEST_"))}
-    env["PYTHONPATH"] = os.pathsep.join((str(tree), str(REPO)))  # REPO: the tests package
-    # the mutants edit Python: run the Python paths, not their C twins (the extension is
-    # shared, unmutated; tests hold each C path to its Python reference)
-    env["KVOBS_NATIVE"] = "0"
+    # REPO: the tests package. The mutants edit kvobs/'s Python and run with the C extension
+    # (kvobs.kernels, from the repository, unmutated) as production does: no behaviour has
+    # a second implementation for a mutant to miss.
+    env["PYTHONPATH"] = os.pathsep.join((str(tree), str(REPO)))
     return env
 
 

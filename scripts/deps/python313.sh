@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A runnable CPython 3.13 (the interpreter of vLLM's and SGLang's own images: the C
-# extension's PY_VERSION_HEX >= 3.12 branch) in $REPO/.tools/python3.13-root, and a venv
+# A runnable CPython 3.13 (the interpreter of vLLM's and SGLang's own images) in
+# $REPO/.tools/python3.13-root, and a venv
 # with kvobs's pure-Python dependencies and pytest in $REPO/.tools/python3.13-root/venv.
 # Prints the command line that runs it. Idempotent: what already works is kept.
 #
@@ -20,8 +20,8 @@
 #   scripts/deps/python313.sh --test [DIR] [PYTEST ARGS...]
 #       also copy the working tree (tracked and untracked files, not ignored ones) into
 #       DIR (default /tmp/kvobs-py313), build kvobs.kernels._native for 3.13 there with
-#       setup.py (build_ext --inplace), and run the C extension's twin tests under 3.13
-#       (or the tests/... paths among PYTEST ARGS, relative to DIR).
+#       setup.py (build_ext --inplace), and run the C extension's tests under 3.13 (or the
+#       tests/... paths among PYTEST ARGS, relative to DIR).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -113,18 +113,13 @@ cd "$DIR"
 export PYTHONPATH="$DIR"  # subprocesses (scripts/update_readme.py) import kvobs too
 "$VENV/bin/python" - <<'EOF'
 import sys
-import kvobs.kernels._native as native
-from kvobs.adapters import _hooks
+from kvobs.kernels._ext import native
 assert native.__file__.endswith(".cpython-313-x86_64-linux-gnu.so"), native.__file__
-assert _hooks._HookCall is not None and _hooks._AttrPath is not None
-print(f"python {sys.version.split()[0]}: {native.__file__}, HookCall {_hooks._HookCall}")
+print(f"python {sys.version.split()[0]}: {native.__file__}")
 EOF
-if ! printf '%s\n' "$@" | grep -q '^tests'; then  # no test path given: the twin tests
-    set -- "$@" tests/adapters/test_hook_wrappers.py tests/adapters/test_hooks.py \
-        tests/adapters/test_hook_tables.py tests/adapters/test_step_stride.py \
-        tests/core/test_counters_native.py tests/core/test_reuse_native.py \
-        tests/core/test_reuse.py tests/core/test_thrash.py tests/core/test_residency_native.py \
-        tests/core/test_residency_sampling.py tests/kernels/test_vllm_readers.py \
-        tests/kernels/test_c_sources_compile.py
+if ! printf '%s\n' "$@" | grep -q '^tests'; then  # no test path: the C extension's tests
+    set -- "$@" tests/core/test_reuse_core.py tests/core/test_reuse.py \
+        tests/core/test_thrash.py tests/core/test_residency_core.py tests/core/test_recorder.py \
+        tests/kernels/test_pool_walk.py tests/kernels/test_c_sources_compile.py
 fi
 exec "$VENV/bin/python" -X dev -m pytest -p no:cacheprovider "$@"

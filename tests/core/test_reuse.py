@@ -71,8 +71,7 @@ def test_a_sampled_profile_is_within_0_02_of_exact_lru_at_every_bucket(name, ada
         assert profile.hit_ratio(size) == pytest.approx(exact, abs=0.02), (name, size)
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_a_loop_with_a_hot_set_at_a_bound_is_exact_for_every_salt(native):
+def test_a_loop_with_a_hot_set_at_a_bound_is_exact_for_every_salt():
     """4,960 loop blocks and a hot set of 40: 5,000 distinct blocks between a loop block's
     uses, exactly a bucket bound, so LRU of that size hits every loop reuse and the bound
     below none. Sampled at the rate (1/2), a salt's sample puts every such distance on one
@@ -83,8 +82,7 @@ def test_a_loop_with_a_hot_set_at_a_bound_is_exact_for_every_salt(native):
     exact = {size: exact_lru_hit_ratio(references, size) for size in (2500, 5000)}
     assert exact[5000] - exact[2500] > 0.5
     for salt in range(6):
-        profile = profile_of([(salt, key) for key in references], capacity=capacity,
-                             native=native)
+        profile = profile_of([(salt, key) for key in references], capacity=capacity)
         for size, ratio in exact.items():
             assert profile.hit_ratio(size) == pytest.approx(ratio, abs=1e-12), (salt, size)
 
@@ -100,24 +98,21 @@ def aged(profile: ReuseProfile, salt: int) -> ReuseProfile:
     return profile
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_an_aged_profile_is_exact_up_to_its_exact_keys_for_every_salt(native):
+def test_an_aged_profile_is_exact_up_to_its_exact_keys_for_every_salt():
     """The loop with a hot set at the 5,000-block bound again, on a profile that has aged
     to its sampling rate: sampled alone it is 0.62 off for two salts of six (no sample can
     put every distance that equals a bound on its side); the exact LRU stack of the
     ``exact_keys`` most recent blocks beside the sample answers every bound up to it
-    exactly. Native at the defaults (131,072 blocks at rate 1/2), six salts; the Python
-    twin at a bound of 8,192 (rate 1/32; its bounds up to 7,500 exact), two."""
+    exactly (at the defaults: 131,072 blocks at rate 1/2)."""
     capacity = 10_000
-    settings = {} if native else {"max_keys": 8192}
     references = loop_with_hot_set(60_000, 4960, 40, seed=7)
-    for salt in range(6 if native else 2):
-        profile = aged(ReuseProfile(capacity, native=native, **settings), salt)
+    for salt in range(6):
+        profile = aged(ReuseProfile(capacity), salt)
         assert profile.exact_keys == profile.max_keys
         for start in range(0, len(references), 64):
             profile.reference([(salt, key) for key in references[start:start + 64]])
         exact_bounds = [b for b in profile.bounds if b <= profile.exact_keys]
-        assert len(exact_bounds) == (13 if native else 4)
+        assert len(exact_bounds) == 13
         for size in exact_bounds:
             assert profile.hit_ratio(size) == pytest.approx(
                 exact_lru_hit_ratio(references, size), abs=1e-12), (salt, size)
@@ -137,12 +132,11 @@ def test_without_the_exact_stack_an_aged_profile_misses_the_loop_at_its_bound():
     assert max(errors) > 0.3
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_buckets_beyond_the_exact_stack_never_go_backwards(native):
+def test_buckets_beyond_the_exact_stack_never_go_backwards():
     """Beyond ``exact_keys`` the buckets add the sample's counts to the exact count below,
     capped by every reference: each cumulative bucket (an exported ``le`` counter) only
     grows, call after call, and the last is every reference at the rate."""
-    profile = ReuseProfile(50_000, max_keys=512, native=native)  # exact up to 512 blocks
+    profile = ReuseProfile(50_000, max_keys=512)  # exact up to 512 blocks
     assert profile.exact_keys == 512 and profile.rate < 1
     references = zipf(40_000, 30_000, 0.7, seed=11)
     before = [0.0] * (len(profile.bounds) + 1)
@@ -155,12 +149,11 @@ def test_buckets_beyond_the_exact_stack_never_go_backwards(native):
     assert before[-2] < before[-1]  # some references beyond every bound (or cold)
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_the_tracked_share_halves_down_to_the_rate_as_max_keys_fills(native):
+def test_the_tracked_share_halves_down_to_the_rate_as_max_keys_fills():
     """Distinct blocks past max_keys halve the tracked share (the blocks above the new
     threshold are dropped, none forgotten) down to the rate; only then are the least
     recently used blocks forgotten. Counts stay in samples at the rate throughout."""
-    profile = ReuseProfile(64, rate=1 / 8, max_keys=512, native=native)
+    profile = ReuseProfile(64, rate=1 / 8, max_keys=512)
     shares, sampled = [], 0.0
     for start in range(0, 40_000, 100):
         profile.reference(range(start, start + 100))
@@ -175,9 +168,8 @@ def test_the_tracked_share_halves_down_to_the_rate_as_max_keys_fills(native):
     assert profile.sampled == pytest.approx(40_000 / 8, rel=0.1)
 
 
-@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("loop_blocks", [5000, 2500])
-def test_a_loop_of_exactly_a_bucket_bound_is_exact_at_a_sampled_rate(loop_blocks, native):
+def test_a_loop_of_exactly_a_bucket_bound_is_exact_at_a_sampled_rate(loop_blocks):
     """A cyclic scan whose length is a bucket bound: LRU of that size hits every reuse,
     one block smaller none. The sampled estimate of a distance that equals the bound lands
     on either side of it, whichever blocks are sampled; the references since the block's
@@ -190,7 +182,7 @@ def test_a_loop_of_exactly_a_bucket_bound_is_exact_at_a_sampled_rate(loop_blocks
     assert exact == pytest.approx(11 / 12)
     for salt in range(6):
         salted = [(salt, key) for key in references]
-        profile = profile_of(salted, capacity=capacity, native=native, adaptive=False)
+        profile = profile_of(salted, capacity=capacity, adaptive=False)
         assert profile.hit_ratio(loop_blocks) == pytest.approx(exact, abs=0.02), salt
 
 
@@ -246,8 +238,8 @@ def test_a_rate_between_multiples_of_the_hash_resolution_is_the_share_it_samples
     assert ReuseProfile(10, rate=0.25).rate == 0.25  # powers of two are kept as given
 
 
-def test_the_python_path_takes_any_iterable_as_the_c_core_does():
-    profile = ReuseProfile(10, rate=1.0, native=False)
+def test_a_profile_takes_any_iterable():
+    profile = ReuseProfile(10, rate=1.0)
     profile.reference(iter(["a", "b", "a"]))
     profile.write(k for k in ["c"])
     assert profile.references == 3 and profile.hit_ratio(2) == pytest.approx(1 / 3)

@@ -1,7 +1,7 @@
 """Thrash signals: re-onloads inside the window, reuse, wasted offloads; bounded memory.
 
-Every test runs on the C core and on the pure-Python path; a random history checks that
-the two count alike, entry for entry.
+A random history checks that the C core (``ThrashCore``, kernels/thrash.c) counts as its
+oracle (tests/tracker_oracles.py) does, entry for entry.
 """
 
 import random
@@ -10,14 +10,7 @@ import pytest
 
 from kvobs.errors import ConfigError
 from kvobs.thrash import ThrashTracker
-
-native_only = pytest.mark.skipif(not ThrashTracker().native,
-                                 reason="the C extension was not built")
-
-
-@pytest.fixture(params=[pytest.param(True, marks=native_only), False], ids=["c", "python"])
-def native(request):
-    return request.param
+from tests.tracker_oracles import ThrashOracle
 
 
 class Clock:
@@ -31,9 +24,9 @@ class Clock:
         return self.now_ns
 
 
-def test_window_reuse_and_waste(native):
+def test_window_reuse_and_waste():
     clock = Clock()
-    tracker = ThrashTracker(window_s=5.0, clock_ns=clock, native=native)
+    tracker = ThrashTracker(window_s=5.0, clock_ns=clock)
     tracker.offloaded(["a", "b", "c"])
     clock.advance(2)
     tracker.onloaded(["a"])  # inside the window: thrash
@@ -48,16 +41,16 @@ def test_window_reuse_and_waste(native):
     assert snap.tracked_blocks == 0
 
 
-def test_memory_is_bounded(native):
-    tracker = ThrashTracker(max_blocks=100, native=native)
+def test_memory_is_bounded():
+    tracker = ThrashTracker(max_blocks=100)
     tracker.offloaded(range(1000))
     snap = tracker.snapshot()
     assert snap.tracked_blocks == 100 and snap.untracked_blocks == 900
 
 
-def test_reoffload_restarts_the_window(native):
+def test_reoffload_restarts_the_window():
     clock = Clock()
-    tracker = ThrashTracker(window_s=1.0, clock_ns=clock, native=native)
+    tracker = ThrashTracker(window_s=1.0, clock_ns=clock)
     tracker.offloaded(["a"])
     clock.advance(5)
     tracker.offloaded(["a"])
@@ -73,17 +66,17 @@ def test_bad_settings():
         ThrashTracker(max_blocks=0)
 
 
-@native_only
 @pytest.mark.parametrize("seed", range(6))
-def test_the_c_core_counts_as_the_python_path(seed):
+def test_the_c_core_counts_as_its_oracle(seed):
     """A random history of batches (re-offloads, onloads inside and outside the window,
     evictions of tracked and unknown keys, the bound reached and the core's arrays grown
-    past their first size): both paths report the same counts after every call."""
+    past their first size): the tracker and the oracle report the same counts after every
+    call."""
     rnd = random.Random(seed)
     clock = Clock()
     max_blocks = rnd.choice([7, 300, 5000])
-    pair = [ThrashTracker(window_s=2.0, max_blocks=max_blocks, clock_ns=clock, native=n)
-            for n in (True, False)]
+    tracker = ThrashTracker(window_s=2.0, max_blocks=max_blocks, clock_ns=clock)
+    oracle = ThrashOracle(max_blocks, tracker.window_ns)
     space = max_blocks * 2
     as_key = rnd.choice([int, lambda k: f"chunk-{k}".encode()])
     for _ in range(3000):
@@ -93,15 +86,17 @@ def test_the_c_core_counts_as_the_python_path(seed):
         if rnd.random() < 0.3:
             keys = iter(keys) if rnd.random() < 0.5 else set(keys)
             keys = list(keys)
-        for tracker in pair:
-            getattr(tracker, op)(keys)
-        assert pair[0].snapshot() == pair[1].snapshot(), op
-    assert pair[0].snapshot().tracked_blocks <= max_blocks
+        getattr(tracker, op)(keys)
+        if op == "evicted":
+            oracle.evicted(keys)
+        else:
+            getattr(oracle, op)(keys, clock())
+        assert tracker.snapshot() == oracle.snapshot(), op
+    assert tracker.snapshot().tracked_blocks <= max_blocks
 
 
-@native_only
 def test_the_c_core_takes_any_iterable_and_refuses_unhashable_keys_whole():
-    tracker = ThrashTracker(native=True)
+    tracker = ThrashTracker()
     tracker.offloaded(k for k in (b"a", b"b"))
     tracker.onloaded({b"a"})
     with pytest.raises(TypeError):
@@ -110,11 +105,11 @@ def test_the_c_core_takes_any_iterable_and_refuses_unhashable_keys_whole():
     assert (snap.tracked_blocks, snap.offloaded_reused, snap.offloaded_evicted_unused) == (2, 1, 0)
 
 
-def test_a_simulation_clock_set_after_construction_is_used(native):
+def test_a_simulation_clock_set_after_construction_is_used():
     """The demo swaps in its virtual clock after the recorder built the tracker (the C
     core's own real clock must then not be used: five virtual seconds are out of the
     window, however little real time passed)."""
-    tracker = ThrashTracker(window_s=1.0, native=native)
+    tracker = ThrashTracker(window_s=1.0)
     clock = Clock()
     tracker.clock_ns = clock
     tracker.offloaded(["a"])
@@ -127,10 +122,10 @@ def test_a_simulation_clock_set_after_construction_is_used(native):
     assert (snap.onloads_in_window, snap.offloaded_reused) == (1, 2)
 
 
-def test_a_virtual_clock_before_zero_is_honoured(native):
+def test_a_virtual_clock_before_zero_is_honoured():
     """A simulation's times may be negative: they are times all the same, never a sign to
     read the real clock."""
-    tracker = ThrashTracker(window_s=1.0, native=native)
+    tracker = ThrashTracker(window_s=1.0)
     clock = Clock()
     clock.now_ns = -10 * 10**9
     tracker.clock_ns = clock
@@ -141,7 +136,6 @@ def test_a_virtual_clock_before_zero_is_honoured(native):
     assert (snap.onloads_in_window, snap.offloaded_reused) == (0, 1)
 
 
-@native_only
 def test_with_the_real_clock_the_engine_calls_the_core_directly():
     """No Python frame per event: the tracker's methods are the C core's, which stamps
     with CLOCK_MONOTONIC and the tracker's window."""

@@ -103,6 +103,8 @@ def test_wheel_ships_the_generated_dashboards_unchanged(dist):
         for needed in ("kvobs/top/app.py", "kvobs/cli/top_cmd.py", "kvobs/report/boards.py",
                        "kvobs/dashboards/rules/kvobs-alerts.rules.yaml"):
             assert needed in names, needed
+        # the C extension, built (required: the wheel carries it, the sdist its sources)
+        assert [n for n in names if n.startswith("kvobs/kernels/_native.") and n.endswith(".so")]
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry_points = zf.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     for extra in ("demo", "report", "nvml", "dev"):
@@ -116,8 +118,10 @@ def test_sdist_holds_what_the_wheel_is_built_from(dist):
     sdist, _wheel = dist
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for needed in ("README.md", "kernels/_native.c", "kernels/_hookcall.c",
-                   "kernels/_hookcall.h", "setup.py", "pyproject.toml",
+    sources = sorted(p.relative_to(REPO).as_posix() for pattern in ("*.c", "*.h")
+                     for p in (REPO / "kernels").glob(pattern))  # what setup.py builds
+    assert "kernels/module.c" in sources
+    for needed in ("README.md", *sources, "setup.py", "pyproject.toml",
                    "MANIFEST.in", *(f"dashboards/generated/{p.name}" for p in GENERATED)):
         assert needed in names, needed
 

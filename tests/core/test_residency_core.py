@@ -1,6 +1,7 @@
-"""The residency tracker's C core (``ResidencyCore``) against its pure-Python path: the same
-samples, in the same order, on the same events and clock; the same bounds; and the engine's
-calls reach C with no Python frame in between."""
+"""The residency tracker's C core (``ResidencyCore``, kernels/residency.c) against its
+oracle (tests/tracker_oracles.py): the same samples, in the same order, on the same events
+and clock; the same bounds; and the engine's calls reach C with no Python frame in
+between."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ import weakref
 import pytest
 
 from kvobs.errors import ConfigError
+from kvobs.kernels._ext import native
 from kvobs.residency import ResidencyTracker
 from kvobs.reuse import ReuseProfile
-
-native_only = pytest.mark.skipif(not ResidencyTracker().native,
-                                 reason="the C extension is not built here")
+from tests.tracker_oracles import ResidencyOracle
 
 
 class SteppingClock:
@@ -33,8 +33,8 @@ class SteppingClock:
         return self.now
 
 
-def replay(tracker: ResidencyTracker, seed: int, keys: int = 600, events: int = 4000,
-           drain_every: int = 97) -> list[object]:
+def replay(tracker: ResidencyTracker | ResidencyOracle, seed: int, keys: int = 600,
+           events: int = 4000, drain_every: int = 97) -> list[object]:
     """Random keyed events (batches of 0-11 keys, now and then 65-300, with repeats) over
     ``2 * keys`` distinct keys, drained every ``drain_every`` events; what it saw."""
     rnd = random.Random(seed)
@@ -52,7 +52,6 @@ def replay(tracker: ResidencyTracker, seed: int, keys: int = 600, events: int = 
     return seen
 
 
-@native_only
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize(("rate", "max_keys", "buffer_limit", "keys", "drain_every"), [
     (1.0, 10_000, 100_000, 600, 97),     # everything sampled, no bound reached
@@ -61,28 +60,24 @@ def replay(tracker: ResidencyTracker, seed: int, keys: int = 600, events: int = 
     (1.0, 10_000, 100_000, 6000, 500),   # more than 4,096 keys: the table grows
     (1 / 16, 16384, 65536, 600, 97),     # the defaults
 ])
-def test_the_c_core_takes_the_samples_the_python_path_takes(seed, rate, max_keys, buffer_limit,
-                                                            keys, drain_every) -> None:
-    pair = []
-    for native in (True, False):
-        clock = SteppingClock(seed)
-        tracker = ResidencyTracker(clock_ns=clock, rate=rate, max_keys=max_keys,
-                                   buffer_limit=buffer_limit, native=native)
-        assert tracker.native is native
-        pair.append((replay(tracker, seed, keys, drain_every=drain_every), clock.reads))
-    (c_seen, c_reads), (py_seen, py_reads) = pair
-    assert c_seen == py_seen  # values and order, wrapped rings included
-    assert c_reads == py_reads  # the clock is read once per call that sampled a key
+def test_the_c_core_takes_the_samples_its_oracle_takes(seed, rate, max_keys, buffer_limit,
+                                                        keys, drain_every) -> None:
+    c_clock, oracle_clock = SteppingClock(seed), SteppingClock(seed)
+    tracker = ResidencyTracker(clock_ns=c_clock, rate=rate, max_keys=max_keys,
+                               buffer_limit=buffer_limit)
+    oracle = ResidencyOracle(oracle_clock, rate, max_keys, buffer_limit)
+    c_seen = replay(tracker, seed, keys, drain_every=drain_every)
+    assert c_seen == replay(oracle, seed, keys, drain_every=drain_every)  # values and order,
+    assert c_clock.reads == oracle_clock.reads  # wrapped rings included; the clock read once
+    assert tracker._core.counts() == (oracle.tracked, oracle.forgotten)  # a call that sampled
     assert any(stays or gaps for stays, gaps in c_seen[::2])  # the replay took samples
     if keys > 4096:
         assert max(c_seen[1::2]) > 4096  # the C table grew past its first size
 
 
-@native_only
 def test_memory_and_buffers_stay_bounded_in_c() -> None:
     clock = iter(range(0, 10**15, 10**9)).__next__  # one second per call that samples
-    tracker = ResidencyTracker(clock_ns=clock, rate=1.0, max_keys=100, buffer_limit=50,
-                               native=True)
+    tracker = ResidencyTracker(clock_ns=clock, rate=1.0, max_keys=100, buffer_limit=50)
     tracker.born(range(10_000))
     assert tracker.tracked == 100  # the newest 100 births
     assert tracker._core.counts() == (100, 9_900)  # the forgotten ones are counted
@@ -93,19 +88,37 @@ def test_memory_and_buffers_stay_bounded_in_c() -> None:
     assert tracker.tracked == 0 and tracker.drain() == ([], [])
 
 
-@pytest.mark.parametrize("native", [pytest.param(True, marks=native_only), False])
-def test_bounds_are_checked_alike_on_both_paths(native) -> None:
+@pytest.mark.parametrize("shape", [list, tuple, set, frozenset, iter])
+def test_the_core_samples_the_keys_its_oracle_samples_from_every_collection(shape) -> None:
+    """Whatever collection an adapter passes (vLLM: sets of chunk keys), the core picks
+    the keys whose ``hash((key,))`` falls under the rate, about 1 in 16."""
+    rnd = random.Random(4)
+    keys = [rnd.randbytes(36) for _ in range(4000)] + list(range(-50, 4000)) + ["a", "b"]
+    clock = iter(range(0, 10**12, 10**9)).__next__
+    tracker = ResidencyTracker(clock_ns=clock, rate=1 / 16, max_keys=10**6)
+    oracle = ResidencyOracle(clock, 1 / 16, 10**6, 65536)
+    tracker.born(shape(keys))
+    tracker.evicted(shape(keys))
+    oracle.born(shape(keys))
+    oracle.evicted(shape(keys))
+    sampled = len(oracle.drain()[0])
+    assert len(tracker.drain()[0]) == sampled
+    assert 0.03 < sampled / len(keys) < 0.10
+    picked = set(oracle.sample(keys))
+    tracker.born(shape(keys))
+    assert tracker.tracked == len(picked)
+
+
+def test_bounds_are_checked() -> None:
     for bad in ({"max_keys": 0}, {"max_keys": 2**30 + 1}, {"buffer_limit": 0},
                 {"buffer_limit": 2**61 + 1}, {"rate": 0.0}, {"rate": 1.5}):
         with pytest.raises(ConfigError, match="residency"):
-            ResidencyTracker(native=native, **bad)  # type: ignore[arg-type]
+            ResidencyTracker(**bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("native", [pytest.param(True, marks=native_only), False])
-def test_the_clock_is_read_only_for_sampled_keys_and_a_failing_one_changes_nothing(
-        native) -> None:
+def test_the_clock_is_read_only_for_sampled_keys_and_a_failing_one_changes_nothing() -> None:
     clock = SteppingClock(0)
-    tracker = ResidencyTracker(clock_ns=clock, rate=1 / 16, native=native)
+    tracker = ResidencyTracker(clock_ns=clock, rate=1 / 16)
     unsampled = [key for key in range(2000) if hash((key,)) & 0xFFFF >= 4096][:50]
     tracker.born([])
     tracker.born(unsampled)
@@ -122,12 +135,11 @@ def test_the_clock_is_read_only_for_sampled_keys_and_a_failing_one_changes_nothi
     assert tracker.tracked == 0 and tracker.drain() == ([], [])
 
 
-@native_only
 def test_a_core_whose_clock_holds_its_owner_is_collected() -> None:
     class Simulation:
         def __init__(self) -> None:
             self.now = 0
-            self.tracker = ResidencyTracker(clock_ns=self.clock, rate=1.0, native=True)
+            self.tracker = ResidencyTracker(clock_ns=self.clock, rate=1.0)
 
         def clock(self) -> int:
             return self.now
@@ -140,10 +152,7 @@ def test_a_core_whose_clock_holds_its_owner_is_collected() -> None:
     assert gone() is None  # sim -> tracker -> core -> clock -> sim: a cycle the GC sees
 
 
-@native_only
 def test_a_key_whose_hash_changes_the_list_is_no_crash() -> None:
-    from kvobs.kernels._ext import native
-
     keys: list[object] = []
 
     class Meddling:
@@ -151,11 +160,10 @@ def test_a_key_whose_hash_changes_the_list_is_no_crash() -> None:
             keys.clear()  # runs Python code in the middle of the C loop
             return 7
 
-    tracker = ResidencyTracker(rate=1.0, native=True)
+    tracker = ResidencyTracker(rate=1.0)
     profile = ReuseProfile(capacity_blocks=8, rate=1.0)
-    assert profile.native
     for call in (tracker.born, tracker.reused, tracker.evicted,
-                 native.ThrashCore(16).offloaded, tracker.sample, profile.reference):
+                 native.ThrashCore(16).offloaded, profile.reference):
         keys[:] = [Meddling(), "b", "c", "d"]
         call(keys)  # sees the list as it is after the hash: no freed memory is read
     with pytest.raises(RuntimeError, match="not initialised"):
@@ -164,9 +172,8 @@ def test_a_key_whose_hash_changes_the_list_is_no_crash() -> None:
         native.ResidencyCore.__new__(native.ResidencyCore).born(["a"])
 
 
-@native_only
 def test_the_real_clock_is_read_in_c_and_a_virtual_one_through_python() -> None:
-    tracker = ResidencyTracker(rate=1.0, native=True)
+    tracker = ResidencyTracker(rate=1.0)
     core = tracker._core
     assert tracker.born == core.born and tracker.evicted == core.evicted  # no Python frame
     assert core.clock is None  # CLOCK_MONOTONIC, time.monotonic_ns's clock
@@ -184,9 +191,8 @@ def test_the_real_clock_is_read_in_c_and_a_virtual_one_through_python() -> None:
     assert core.clock is None
 
 
-@native_only
 def test_bad_keys_and_clocks_are_clean_errors_in_c() -> None:
-    tracker = ResidencyTracker(rate=1.0, native=True)
+    tracker = ResidencyTracker(rate=1.0)
     with pytest.raises(TypeError):
         tracker.born([["unhashable"]])
     with pytest.raises(TypeError):

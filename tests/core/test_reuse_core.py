@@ -1,34 +1,46 @@
-"""The reuse profile's C core against its pure-Python path: the same counts, step by step.
-
-The C core (``kvobs.kernels._native.ReuseCore``) runs the profile wherever the extension
-was built; the pure-Python path is the fallback elsewhere. Both are fed the same lookups
-and writes and must agree on every counter: total, sampled and forgotten references,
-tracked keys and the per-bucket counts.
+"""The reuse profile's C core (``ReuseCore``, kernels/reuse.c) against its oracle
+(tests/reuse_oracle.py, the core's rules written out plainly): the same counts, step by
+step. Both are fed the same lookups and writes and must agree on every counter: total,
+sampled and forgotten references, tracked keys, the tracked share and the per-bucket
+counts, of the sampled core and of the exact core beside it.
 """
 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from kvobs.kernels._ext import native
 from kvobs.reuse import ReuseProfile
 from tests.lru_oracle import exact_lru_event_hit_ratio, mixed_trace, zipf
+from tests.reuse_oracle import OracleCore, oracle_of
 
-pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built here")
 
-
-def feed_both(a: ReuseProfile, b: ReuseProfile, references: list, seed: int) -> None:
+def feed_both(profile: ReuseProfile, oracle: OracleCore, references: list, seed: int) -> None:
     rnd = random.Random(seed)
     for start in range(0, len(references), 48):
         chunk = references[start:start + 48]
         if rnd.random() < 0.25:
-            a.write(chunk)
-            b.write(chunk)
+            profile.write(chunk)
+            oracle.reference(chunk, False)
         else:
-            a.reference(chunk)
-            b.reference(chunk)
+            profile.reference(chunk)
+            oracle.reference(chunk, True)
+
+
+def core_state(core: Any) -> tuple[Any, ...]:
+    """Every counter of a core (``ReuseCore`` or its oracle)."""
+    return core.stats(), core.counts(), core.track
+
+
+def assert_agree(profile: ReuseProfile, oracle: OracleCore) -> None:
+    """The profile's core, and its exact core where it has one, count as the oracle's."""
+    assert core_state(profile.core) == core_state(oracle)
+    assert (profile._near is None) == (oracle.near is None)
+    if profile._near is not None and oracle.near is not None:
+        assert core_state(profile._near.core) == core_state(oracle.near)
 
 
 @pytest.mark.parametrize(("capacity", "rate", "max_keys", "adaptive"), [
@@ -41,47 +53,56 @@ def feed_both(a: ReuseProfile, b: ReuseProfile, references: list, seed: int) -> 
     (50_000, None, 4096, True),    # a low rate
     (50_000, None, 4096, False),
 ])
-def test_c_core_and_python_agree_on_every_counter(capacity, rate, max_keys, adaptive) -> None:
+def test_the_core_counts_as_its_oracle(capacity, rate, max_keys, adaptive) -> None:
     references = zipf(60_000, 12_000, 0.9, seed=capacity)
-    fast = ReuseProfile(capacity, rate=rate, max_keys=max_keys, adaptive=adaptive)
-    slow = ReuseProfile(capacity, rate=rate, max_keys=max_keys, native=False,
-                        adaptive=adaptive)
-    assert fast.native and not slow.native
-    feed_both(fast, slow, references, seed=1)
-    assert fast._stats() == slow._stats()
-    assert fast.counts() == slow.counts()
-    assert fast.cumulative() == slow.cumulative()
-    assert fast.tracking_rate == slow.tracking_rate
-    assert fast.sampled > 0
-    assert (fast._near is None) == (slow._near is None) == (fast.rate == 1)
-    if fast._near is not None:  # the exact stack beside the sample: fed alike
-        assert fast._near._stats() == slow._near._stats()
-        assert fast._near.counts() == slow._near.counts()
+    profile = ReuseProfile(capacity, rate=rate, max_keys=max_keys, adaptive=adaptive)
+    oracle = oracle_of(profile)
+    feed_both(profile, oracle, references, seed=1)
+    assert_agree(profile, oracle)
+    assert profile.sampled > 0
+    assert (profile._near is None) == (profile.rate == 1)
 
 
 def test_bytes_keys_sample_alike_and_a_bad_key_is_a_clean_error() -> None:
     keys = [random.Random(2).randbytes(32) for _ in range(3000)]
     rnd = random.Random(3)
-    fast, slow = ReuseProfile(64, rate=0.5), ReuseProfile(64, rate=0.5, native=False)
+    profile = ReuseProfile(64, rate=0.5)
+    oracle = oracle_of(profile)
     for _ in range(3000):
         request = [keys[rnd.randrange(len(keys))] for _ in range(6)]
-        fast.reference(request)
-        slow.reference(request)
-    assert fast._stats() == slow._stats() and fast.counts() == slow.counts()
-    for profile in (fast, slow):   # a key fails: none of the call's references is recorded
+        profile.reference(request)
+        oracle.reference(request)
+    assert_agree(profile, oracle)
+    for core in (profile, oracle):  # a key fails: none of the call's references is recorded
         with pytest.raises(TypeError):
-            profile.reference([keys[0], ["unhashable"]])
-    for _ in range(300):           # (its total is), in either: they go on agreeing
+            core.reference([keys[0], ["unhashable"]])
+    for _ in range(300):            # (its total is), in either: they go on agreeing
         request = [keys[rnd.randrange(len(keys))] for _ in range(6)]
-        fast.reference(request)
-        slow.reference(request)
-    assert fast._stats() == slow._stats() and fast.counts() == slow.counts()
+        profile.reference(request)
+        oracle.reference(request)
+    assert_agree(profile, oracle)
+
+
+def test_kept_samples_are_every_counted_distance() -> None:
+    """``keep_samples`` (kvobs whatif's replay): every counted distance kept exactly, the
+    hits at any size read from them; sampled too, where the share halves."""
+    references = zipf(20_000, 6_000, 0.9, seed=4)
+    for settings in ({"rate": 1.0, "max_keys": 512}, {"rate": 1 / 8, "max_keys": 512}):
+        profile = ReuseProfile(100, keep_samples=True, **settings)
+        oracle = oracle_of(profile)
+        assert oracle.keep and oracle.near is None
+        feed_both(profile, oracle, references, seed=2)
+        assert_agree(profile, oracle)
+        for size in (1, 2.5, 37, 100, 511, 4000, float("inf")):
+            assert profile.core.hits(size) == oracle.hits(size), (settings, size)
+    with pytest.raises(ValueError, match="keeps its samples"):
+        ReuseProfile(100).core.hits(10)
 
 
 def test_c_core_is_exact_against_the_lru_oracle_with_writes() -> None:
     events = mixed_trace(40_000, seed=5)
     profile = ReuseProfile(1000)  # rate 1: exact at every bound
-    assert profile.native and profile.rate == 1.0
+    assert profile.rate == 1.0
     for key, counted in events:
         (profile.reference if counted else profile.write)([key])
     for bound in profile.bounds:
@@ -89,13 +110,12 @@ def test_c_core_is_exact_against_the_lru_oracle_with_writes() -> None:
             exact_lru_event_hit_ratio(events, bound), abs=1e-12)
 
 
-@pytest.mark.parametrize("native_core", [True, False])
-def test_written_then_reference_is_a_write_then_a_reference(native_core: bool) -> None:
+def test_written_then_reference_is_a_write_then_a_reference() -> None:
     """The recorder's one call per keyed lookup (the blocks written since, then the
     prompt) counts as the two calls it replaces, and empties the written list."""
     references = zipf(20_000, 4_000, 0.9, seed=7)
-    one_call = ReuseProfile(500, rate=0.5, native=native_core)
-    two_calls = ReuseProfile(500, rate=0.5, native=False)
+    one_call = ReuseProfile(500, rate=0.5)
+    two_calls = ReuseProfile(500, rate=0.5)
     rnd = random.Random(8)
     for start in range(0, len(references), 40):
         cut = start + rnd.randrange(0, 40)
@@ -135,18 +155,18 @@ class _Shrinking:
 
 @pytest.mark.parametrize("shrink", [True, False])
 def test_a_list_changed_by_a_key_s_hash_is_read_alike(shrink: bool) -> None:
-    """Both paths read a call's keys live, at most its length: the same keys and the same
-    reference numbers, so the capped distances after it agree too."""
-    results = []
-    for native_core in (True, False):
-        profile = ReuseProfile(4, rate=0.5, max_keys=64, native=native_core)
-        profile.reference(list(range(30)))
+    """The core reads a call's keys live, at most its length, as its oracle does: the same
+    keys and the same reference numbers, so the capped distances after it agree too."""
+    profile = ReuseProfile(4, rate=0.5, max_keys=64)
+    oracle = oracle_of(profile)
+    for core in (profile, oracle):
+        core.reference(list(range(30)))
         keys: list = [None, *range(1000, 1040)]
         keys[0] = _Shrinking(-1, keys) if shrink else -1
-        profile.reference(keys)
-        profile.reference(list(range(30)))
-        results.append((profile._stats(), profile.counts()))
-    assert results[0] == results[1]
+        core.reference(keys)
+        core.reference(list(range(30)))
+    assert_agree(profile, oracle)
+    assert profile.total == 30 + 41 + 30  # the call's length, as it began
 
 
 def test_the_core_s_settings_are_range_checked() -> None:
