@@ -20,7 +20,7 @@ import kvobs.kernels as k
 if not torch.cuda.is_available():
     sys.exit(f"gpu_check: torch {torch.__version__} sees no CUDA GPU; install a CUDA build of torch")
 print(f"gpu_check: torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
-      f"native extension: {k.NATIVE_AVAILABLE}")
+      f"kvobs.kernels from {k.__file__}")
 PYEOF
 
 echo "== tests (CUDA and CPU)"

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from kvobs.kernels import NATIVE_AVAILABLE, BlockMover
+from kvobs.kernels import BlockMover
 from kvobs.kernels._ext import native
 
 # (label, per-block shape, dtype): 2 (K, V) x 16 tokens x 8 KV heads x 128 dims x fp16.
@@ -139,7 +139,6 @@ def cpu_methods(
             dst[d].copy_(src[s])
 
     def memcpy() -> None:
-        assert native is not None
         native.memcpy(dst_addr, src_addr, nbytes)
 
     return {"kvobs": lambda: mover.copy(mapping), "copy_loop": copy_loop, "memcpy": memcpy}
@@ -183,7 +182,6 @@ def cold_point(
     src: torch.Tensor, dst: torch.Tensor, pattern: str, n: int, reps: int, seed: int
 ) -> dict[str, float]:
     """Median seconds per call of each method, every call on cold blocks."""
-    assert native is not None
     third = src.shape[0] // len(COLD_METHODS)
     block_bytes = src[0].numel() * src.element_size()
     nbytes = n * block_bytes
@@ -221,8 +219,6 @@ def cold_point(
 
 def run_cpu(rounds: int, budget_s: float, seed: int, cache: str, pool_mib: int) -> list[Row]:
     """Measure every CPU point; memcpy bandwidth is the denominator of each ratio."""
-    if native is None:
-        sys.exit("the C extension is not built: reinstall with `pip install -e .` and a C compiler")
     rng = random.Random(seed)
     rows = []
     for block_bytes, shape in BLOCK_SHAPES.items():
@@ -321,7 +317,7 @@ def run_cuda(rounds: int, budget_s: float, seed: int) -> list[Row]:
 
 def print_table(rows: list[Row], extra: str = "") -> None:
     """A fixed-width table with one line per point and the three methods side by side."""
-    print(f"kvobs swap bandwidth {extra}(native extension: {NATIVE_AVAILABLE}, threads: 1)")
+    print(f"kvobs swap bandwidth {extra}(threads: 1)")
     print(
         f"{'block':>6} {'pattern':>10} {'N':>5} | {'kvobs GB/s':>10} {'copy_ loop':>10} "
         f"{'memcpy':>8} | {'kvobs/memcpy':>12} {'loop/memcpy':>11} | {'kvobs us':>9}"

@@ -7,7 +7,8 @@ one copy each, a C loop (``kvobs.kernels._native``, built by ``pip install``) do
 host-side work, and every transfer is reported to a kvobs link with its blocks, bytes
 and duration. ``BlockMover`` is synchronous (host pools, timed with ``perf_counter_ns``);
 ``StreamMover`` queues GPU transfers on a dedicated stream per direction, times them
-with CUDA events and reports them from ``poll()`` without blocking the host.
+with CUDA events and reports them from ``poll()`` without blocking the host. (The same
+extension holds kvobs's other C kernels: see ``kvobs.kernels._ext``.)
 
 Example:
     >>> import torch
@@ -25,7 +26,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvobs.kernels.cpu_copy import NATIVE_AVAILABLE
     from kvobs.kernels.link import TransferLink
     from kvobs.kernels.mover import BlockMover, TransferStats, copy_blocks
     from kvobs.kernels.stream_mover import StreamMover, Transfer
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 #: Where each public name lives. Loaded on first use, so that importing the package (as
 #: ``kvobs.reuse`` does for the C extension, ``kvobs.kernels._ext``) needs no torch.
 _PUBLIC = {
-    "NATIVE_AVAILABLE": "kvobs.kernels.cpu_copy",
     "BlockMover": "kvobs.kernels.mover",
     "StreamMover": "kvobs.kernels.stream_mover",
     "Transfer": "kvobs.kernels.stream_mover",
@@ -43,7 +42,6 @@ _PUBLIC = {
 }
 
 __all__ = [
-    "NATIVE_AVAILABLE",
     "BlockMover",
     "StreamMover",
     "Transfer",

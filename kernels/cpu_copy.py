@@ -1,9 +1,8 @@
-"""Move planned runs between host pools: one C loop, or a torch loop when it is not built.
+"""Move planned runs between host pools in one C loop.
 
-The native route hands the C extension one table of per-layer addresses and strides and
-the run buffer; it copies every run of every layer with ``memcpy`` (one call per run over
-densely packed blocks) with the GIL released. The torch route issues one ``copy_`` per
-run per layer; it is correct everywhere but pays torch's per-call cost for every run.
+The C extension gets one table of per-layer addresses and strides and the run buffer; it
+copies every run of every layer with ``memcpy`` (one call per run over densely packed
+blocks) with the GIL released.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ from kvobs.kernels._ext import native as _native
 from kvobs.kernels.plan import RunPlanner
 from kvobs.kernels.pools import Pool
 
-NATIVE_AVAILABLE = _native is not None
-
-# A call moving at least this many bytes uses non-temporal stores (see _native.c); -1
+# A call moving at least this many bytes uses non-temporal stores (see copy.c); -1
 # never does. Half of a typical last-level cache: a smaller batch may be read back from
 # cache soon after; a larger one would mostly be evicted first, so it skips the cache.
 # (glibc's memcpy switches at 3/4 of the LLC size it detects, which in VMs is often the
@@ -37,13 +34,10 @@ class HostCopier:
         [6.0, 7.0]
     """
 
-    def __init__(
-        self, src: Pool, dst: Pool, *, native: bool = True, stream_bytes: int = STREAM_BYTES
-    ) -> None:
+    def __init__(self, src: Pool, dst: Pool, *, stream_bytes: int = STREAM_BYTES) -> None:
         self.src = src
         self.dst = dst
         self.stream_bytes = stream_bytes
-        self.implementation = "native" if native and NATIVE_AVAILABLE else "torch"
         self._table = torch.tensor(
             [
                 [d.data_ptr(), s.data_ptr(), dst_stride, src_stride, block]
@@ -65,13 +59,6 @@ class HostCopier:
         """Copy the ``n_runs`` runs of ``planner``'s latest plan, every layer."""
         if n_runs == 0:
             return
-        if self.implementation == "native":
-            assert _native is not None
-            _native.copy_runs(
-                self._table_addr, self._n_layers, planner.runs_addr, n_runs, self.stream_bytes
-            )
-            return
-        with torch.no_grad():
-            for s, d, n in planner.runs(n_runs).tolist():
-                for src, dst in zip(self.src.layers, self.dst.layers, strict=True):
-                    dst[d : d + n].copy_(src[s : s + n])
+        _native.copy_runs(
+            self._table_addr, self._n_layers, planner.runs_addr, n_runs, self.stream_bytes
+        )

@@ -37,7 +37,6 @@ class BlockMover:
         dst: destination pool with the same layers, dtypes and block shapes.
         link: optional ``TransferLink`` (e.g. ``rec.link("host", "host")``) told about
             every transfer.
-        native: use the C extension when it is built (``implementation`` says which ran).
         stream_bytes: a copy of at least this many bytes bypasses the CPU cache
             (non-temporal stores); -1 never does.
 
@@ -62,7 +61,6 @@ class BlockMover:
         dst: PoolLike | Pool,
         *,
         link: TransferLink | None = None,
-        native: bool = True,
         stream_bytes: int = STREAM_BYTES,
     ) -> None:
         self.src = as_pool(src, "src")
@@ -75,15 +73,10 @@ class BlockMover:
                     "use StreamMover when a pool is on a GPU"
                 )
         self.link = link
-        self._planner = RunPlanner(self.src.num_blocks, self.dst.num_blocks, native=native)
-        self._copier = HostCopier(self.src, self.dst, native=native, stream_bytes=stream_bytes)
+        self._planner = RunPlanner(self.src.num_blocks, self.dst.num_blocks)
+        self._copier = HostCopier(self.src, self.dst, stream_bytes=stream_bytes)
         self._bytes_per_block = self.src.bytes_per_block
         self._lock = threading.Lock()  # the planner's run buffer is shared scratch
-
-    @property
-    def implementation(self) -> str:
-        """``"native"`` (the C loop) or ``"torch"`` (one ``copy_`` per run and layer)."""
-        return str(self._copier.implementation)
 
     def copy(self, mapping: MappingLike) -> TransferStats:
         """Copy ``src[s]`` to ``dst[d]`` for every pair of ``mapping``, then report it.

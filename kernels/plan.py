@@ -4,15 +4,11 @@ A mapping is a sequence of ``(src_block_id, dst_block_id)`` pairs or an integer 
 shaped ``[N, 2]``. Planning checks every id against the pool sizes, rejects a destination
 id used twice, and merges consecutive pairs ``(s, d), (s+1, d+1), ...`` into one run
 ``(s, d, count)`` so that a contiguous stretch costs one copy. Pairs are merged in the
-order given; they are not reordered.
-
-The native planner does this in one C loop over preallocated scratch; the Python planner
-is the fallback used when the extension is not built.
+order given; they are not reordered. One C loop does this over preallocated scratch.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -68,10 +64,9 @@ class RunPlanner:
         (Plan(blocks=3, n_runs=2), [[0, 4, 2], [6, 0, 1]])
     """
 
-    def __init__(self, src_blocks: int, dst_blocks: int, *, native: bool = True) -> None:
+    def __init__(self, src_blocks: int, dst_blocks: int) -> None:
         self.src_blocks = src_blocks
         self.dst_blocks = dst_blocks
-        self.native = native and _native is not None
         self._seen = torch.zeros(max(dst_blocks, 1), dtype=torch.int32)
         self._seen_addr = self._seen.data_ptr()
         self._stamp = 0
@@ -115,11 +110,6 @@ class RunPlanner:
         if self._stamp >= _STAMP_LIMIT:
             self._seen.zero_()
             self._stamp = 1
-        if not self.native:
-            return Plan(
-                n, self._plan_python(pairs.tolist() if isinstance(pairs, torch.Tensor) else pairs)
-            )
-        assert _native is not None
         if isinstance(pairs, torch.Tensor):
             n_runs = _native.plan_pairs(
                 pairs.data_ptr(),
@@ -145,36 +135,3 @@ class RunPlanner:
         self._capacity = min(self.dst_blocks, max(64, 1 << (n - 1).bit_length()))
         self._runs = torch.empty(self._capacity, 3, dtype=torch.int64)
         self.runs_addr = self._runs.data_ptr()
-
-    def _plan_python(self, pairs: Sequence[Sequence[int]]) -> int:
-        written: set[int] = set()
-        runs: list[list[int]] = []
-        for i, pair in enumerate(pairs):
-            try:
-                s, d = (operator.index(x) for x in pair)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"mapping[{i}]: expected a (src_block_id, dst_block_id) pair"
-                ) from None
-            if not 0 <= s < self.src_blocks:
-                raise ValueError(
-                    f"mapping[{i}]: source block id {s} is out of range "
-                    f"[0, {self.src_blocks}); use ids of the source pool"
-                )
-            if not 0 <= d < self.dst_blocks:
-                raise ValueError(
-                    f"mapping[{i}]: destination block id {d} is out of range "
-                    f"[0, {self.dst_blocks}); use ids of the destination pool"
-                )
-            if d in written:
-                raise ValueError(
-                    f"mapping[{i}]: destination block id {d} appears twice; "
-                    "each destination block may be written once per call"
-                )
-            written.add(d)
-            if runs and runs[-1][0] + runs[-1][2] == s and runs[-1][1] + runs[-1][2] == d:
-                runs[-1][2] += 1
-            else:
-                runs.append([s, d, 1])
-        self._runs[: len(runs)] = torch.tensor(runs, dtype=torch.int64)
-        return len(runs)

@@ -1,25 +1,8 @@
-"""Shared helpers for the kernel tests: pools, a reference copy, implementations to run."""
+"""Shared helpers for the kernel tests: pools and a reference copy (the oracle)."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
 import torch
-
-from kvobs.kernels import NATIVE_AVAILABLE
-
-# The torch route always runs; the native route must run too wherever CI builds it.
-IMPLEMENTATIONS = [
-    pytest.param(
-        True,
-        id="native",
-        marks=pytest.mark.skipif(
-            not NATIVE_AVAILABLE and not os.environ.get("CI"), reason="C extension not built"
-        ),
-    ),
-    pytest.param(False, id="torch"),
-]
 
 
 def filled_pool(

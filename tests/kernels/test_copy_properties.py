@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from kvobs.kernels import BlockMover, copy_blocks
 from kvobs.kernels.plan import MappingLike
-from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
+from tests.kernels.kernel_helpers import filled_pool, reference_copy, same_bytes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.int8]
 Case = tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[int, int]]]
@@ -36,16 +36,15 @@ def pools_and_mapping(draw: st.DrawFn) -> Case:
     return src, dst, list(zip(src_ids, dst_ids, strict=True))
 
 
-@pytest.mark.parametrize("native", IMPLEMENTATIONS)
 @pytest.mark.parametrize("stream_bytes", [-1, 0], ids=["cached-stores", "streaming-stores"])
 @settings(max_examples=50, deadline=None)
 @given(case=pools_and_mapping(), as_tensor=st.booleans())
 def test_random_mappings_are_byte_exact(
-    case: Case, as_tensor: bool, native: bool, stream_bytes: int
+    case: Case, as_tensor: bool, stream_bytes: int
 ) -> None:
     src, dst, pairs = case
     expected = reference_copy(src, dst, pairs)
-    mover = BlockMover(src, dst, native=native, stream_bytes=stream_bytes)
+    mover = BlockMover(src, dst, stream_bytes=stream_bytes)
     mapping = torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2) if as_tensor else pairs
     stats = mover.copy(mapping)
     assert all(same_bytes(d, e) for d, e in zip(dst, expected, strict=True))
@@ -67,8 +66,7 @@ def test_streaming_stores_handle_unaligned_blocks(offset: int) -> None:
     assert not raw_dst[: 32 - offset].any() and not raw_dst[32 - offset + 20 * 1000 :].any()
 
 
-@pytest.mark.parametrize("native", IMPLEMENTATIONS)
-def test_strided_kv_planes_of_one_tensor_per_layer(native: bool) -> None:
+def test_strided_kv_planes_of_one_tensor_per_layer() -> None:
     # vLLM keeps K and V in one [2, num_blocks, ...] tensor per layer: pass kv[0], kv[1].
     gpu_like = [
         filled_pool(2 * 12, (4, 2, 8), torch.float16, i).view(2, 12, 4, 2, 8) for i in range(3)
@@ -78,18 +76,17 @@ def test_strided_kv_planes_of_one_tensor_per_layer(native: bool) -> None:
     dst = [plane for kv in host for plane in (kv[0], kv[1])]
     pairs = [(0, 19), (1, 0), (2, 1), (11, 7)]
     expected = reference_copy(src, dst, pairs)
-    BlockMover(src, dst, native=native).copy(pairs)
+    BlockMover(src, dst).copy(pairs)
     assert all(same_bytes(d, e) for d, e in zip(dst, expected, strict=True))
     assert not host[0][0, 2:7].any()  # untouched blocks stay untouched
 
 
-@pytest.mark.parametrize("native", IMPLEMENTATIONS)
-def test_empty_mapping_is_a_no_op(native: bool) -> None:
+def test_empty_mapping_is_a_no_op() -> None:
     src, dst = filled_pool(4, (8,), torch.float16, 1), filled_pool(4, (8,), torch.float16, 2)
     before = dst.clone()
     empties: list[MappingLike] = [[], (), torch.empty(0, 2, dtype=torch.int64), torch.empty(0)]
     for empty in empties:
-        stats = BlockMover(src, dst, native=native).copy(empty)
+        stats = BlockMover(src, dst).copy(empty)
         assert (stats.blocks, stats.nbytes) == (0, 0)
     assert same_bytes(dst, before)
 

@@ -20,7 +20,7 @@ from kvobs.kernels.cuda_backend import CudaBackend, aliases, as_words
 from kvobs.kernels.stream_mover import StreamMover
 from kvobs.recorder import Recorder
 from tests.kernels.fake_cuda import FakeBackend
-from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool, reference_copy, same_bytes
+from tests.kernels.kernel_helpers import filled_pool, reference_copy, same_bytes
 
 
 def mover_over(layers: list[tuple[tuple[int, ...], torch.dtype]], src_blocks: int = 64,
@@ -116,12 +116,11 @@ def test_a_device_view_that_copies_is_refused(monkeypatch: pytest.MonkeyPatch) -
     assert not aliases(words[0][:4], words[0], torch.device("cpu"))  # not the whole layer
 
 
-@pytest.mark.parametrize("native", IMPLEMENTATIONS)
-def test_block_mover_is_safe_from_several_threads(native: bool) -> None:
+def test_block_mover_is_safe_from_several_threads() -> None:
     blocks = 512
     src = filled_pool(blocks, (2, 16, 8, 16), torch.float16, 1)  # 8 KiB blocks
     dst = torch.zeros_like(src)
-    mover = BlockMover(src, dst, native=native)
+    mover = BlockMover(src, dst)
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)
 

@@ -5,24 +5,22 @@ from __future__ import annotations
 import doctest
 import importlib
 import logging
-import os
 
 import pytest
 import torch
 
-from kvobs.kernels import NATIVE_AVAILABLE, BlockMover, TransferLink, copy_blocks
+from kvobs.kernels import BlockMover, TransferLink, copy_blocks
 from kvobs.recorder import Recorder
-from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool
+from tests.kernels.kernel_helpers import filled_pool
 
 
-@pytest.mark.parametrize("native", IMPLEMENTATIONS)
-def test_recorder_link_receives_blocks_bytes_and_duration(native: bool) -> None:
+def test_recorder_link_receives_blocks_bytes_and_duration() -> None:
     rec = Recorder(engine="test", model="llama")
     link = rec.link("gpu", "host")
     assert isinstance(link, TransferLink)
     layers = [filled_pool(32, (16, 8, 128), torch.float16, i) for i in range(2)]
     host = [torch.zeros(64, 16, 8, 128, dtype=torch.float16) for _ in range(2)]
-    mover = BlockMover(layers, host, link=link, native=native)
+    mover = BlockMover(layers, host, link=link)
     mover.copy([(0, 10), (1, 11), (7, 3)])
     mover.copy(torch.tensor([[5, 40]]))
     mover.copy([])  # nothing moved, nothing reported
@@ -66,13 +64,6 @@ def test_a_broken_link_never_breaks_the_copy(caplog: pytest.LogCaptureFixture) -
         BlockMover(src, dst, link=Broken()).copy([(7, 0)])
     assert dst[0].tolist() == [28.0, 29.0, 30.0, 31.0]
     assert "link.completed raised" in caplog.text
-
-
-def test_native_extension_is_built_in_ci() -> None:
-    if not os.environ.get("CI") and not NATIVE_AVAILABLE:
-        pytest.skip("C extension not built here (no compiler at install)")
-    assert NATIVE_AVAILABLE, "pip install -e . must build kvobs.kernels._native in CI"
-    assert BlockMover(torch.ones(2, 2), torch.zeros(2, 2)).implementation == "native"
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import torch
 
 from kvobs.kernels import BlockMover, copy_blocks
 from kvobs.recorder import Recorder
-from tests.kernels.kernel_helpers import IMPLEMENTATIONS, filled_pool, same_bytes
+from tests.kernels.kernel_helpers import filled_pool, same_bytes
 
 
 def pools() -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,15 +31,14 @@ BAD_MAPPINGS = [
 ]
 
 
-@pytest.mark.parametrize("native", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("mapping", "message"), BAD_MAPPINGS)
 def test_bad_mapping_raises_before_any_byte_moves(
-    native: bool, mapping: object, message: str
+    mapping: object, message: str
 ) -> None:
     src, dst = pools()
     before = dst.clone()
     link = Recorder(engine="test", model="m").link("gpu", "host")
-    mover = BlockMover(src, dst, link=link, native=native)
+    mover = BlockMover(src, dst, link=link)
     with pytest.raises(ValueError, match=message):
         mover.copy(mapping)
     assert same_bytes(dst, before)
