@@ -27,7 +27,7 @@ def mutants() -> list[m.Mutant]:
     lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
               "disk_hit=min(disk, left - host),")
     relookup = "rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit="
-    generated = '            f"tier.{field} += {hook.count}"'  # the Python tier's add
+    counted = "args[index] if len(args) > index else kwargs[name]"  # a count= hook's add
     return [
         # the GPU tier (BlockPool): get_new_blocks's allocations and the capacity evictions
         # it makes (the hashed blocks at the free queue's head it pops)
@@ -35,11 +35,9 @@ def mutants() -> list[m.Mutant]:
                          "num_blocks"),
         *m.recorder_call("gpu.evict(capacity)", pool, 'tier.evict(evicted, "capacity")',
                          "evicted"),
-        # a pool without prefix caching: allocate through the generated counting wrapper
-        m.Mutant("gpu.allocate(get_new_blocks, no caching):doubled", "kvobs/adapters/_hooks.py",
-                 generated, generated.replace("+= {hook.count}", "+= 2 * {hook.count}")),
-        m.Mutant("gpu.allocate(get_new_blocks, no caching):dropped", "kvobs/adapters/_hooks.py",
-                 generated, generated.replace("+= {hook.count}", "+= 0 * {hook.count}")),
+        # a pool without prefix caching: allocate through the count= hook's adder
+        *m.recorder_call("gpu.allocate(get_new_blocks, no caching)", "kvobs/adapters/_hooks.py",
+                         f"event({counted})", counted),
         *m.recorder_call("gpu.allocate(touch)", pool, "inst.tier.allocate(idle - hits)",
                          "idle - hits"),
         *m.recorder_call("gpu.reuse", pool, "inst.tier.reuse(hits)", "hits"),
