@@ -188,6 +188,17 @@ def _write_completed(inst: OffloadingInstrumentation, pending: int, result: None
         inst.tier.free(landed, cached=bool(success))
 
 
+def _deferred_released(inst: OffloadingInstrumentation, pending: int, result: None,
+                       chunk_ids: Collection[int]) -> None:
+    """vLLM 0.34's tiering holds the chunks of a failed promotion out of the free pool
+    (``defer_write_release``: still written-pending, as vLLM counts them) until a tier
+    says it let go of them; ``release_deferred_write`` then empties them, as a failed
+    write's are."""
+    released = pending - inst.target._num_write_pending_chunks
+    if released > 0:
+        inst.tier.free(released, cached=False)
+
+
 def _read_prepared(inst: OffloadingInstrumentation, evictable: int, result: Any,
                    keys: Collection[Any], req_context: Any) -> None:
     """A cascade to a secondary tier pinning host chunks while it reads them."""
@@ -228,6 +239,8 @@ SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
          after=_read_prepared, optional=True),
     Hook("complete_read", ("keys", "req_context"), "free", before=_evictable,
          after=_read_completed, optional=True),
+    Hook("release_deferred_write", ("chunk_ids",), "free", before=_writes_pending,
+         after=_deferred_released, optional=True),
 ), state=("_num_chunks", "_num_allocated_chunks", "_free_list", "_num_evictable_cache_chunks",
           "_num_write_pending_chunks", "_policy.get"))
 

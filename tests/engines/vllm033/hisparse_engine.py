@@ -1,4 +1,5 @@
-"""A real vLLM 0.33 HiSparse scheduler on CPU, driven as the engine core drives it.
+"""A real vLLM HiSparse scheduler on CPU (0.33 and 0.34), driven as the engine core
+drives it.
 
 HiSparse runs on CUDA only: ``VllmConfig`` refuses it elsewhere ("HiSparse currently
 requires NVIDIA CUDA."). Its scheduler side is platform-independent, so the test bed
@@ -8,7 +9,10 @@ builds the config without the connector, then sets what ``--kv-transfer-config
 ``BLHNC`` layout, the hybrid KV cache manager), and plans the KV cache with vLLM's own
 planner from the per-layer specs a DeepSeek-V3.2-style model reports (sparse MLA latent
 512 + 64 per token per layer, and the DSA indexer's cache). The model directory holds
-only a ``config.json``.
+only a ``config.json``. From vLLM 0.34 HiSparse asks the platform for its device backend,
+and the CPU platform names none: the test bed names vLLM's base ``HiSparseBackend``, of
+which the scheduler side reads one class attribute (``supports_shared_host_pool``: no
+shared host pool, as off CUDA on 0.33) and calls nothing (:func:`name_hisparse_backend`).
 
 What is synthesized is the GPU worker (no model runs): one sampled token per request
 that finished its prompt, and the ``HiSparseConnectorWorkerMetadata`` a worker sends: the
@@ -75,6 +79,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from tests.engines.vllm033.vllm_engine import (
     capture_kv_events,
     model_dir,
+    runner_output,
     sampled_tokens,
     step_with_batch_queue,
 )
@@ -116,6 +121,19 @@ def page_bytes() -> int:
     return LAYERS * BLOCK * LATENT * 2
 
 
+def name_hisparse_backend() -> None:
+    """On vLLM 0.34+, make the CPU platform name vLLM's base HiSparse backend (no shared
+    host pool); nothing on vLLM 0.33, which asks no platform."""
+    try:
+        from vllm.v1.hisparse.backend import HiSparseBackend
+    except ImportError:
+        return
+    from vllm.platforms import current_platform
+
+    qualname = f"{HiSparseBackend.__module__}.{HiSparseBackend.__qualname__}"
+    current_platform.get_hisparse_backend_cls = lambda: qualname  # type: ignore[method-assign]
+
+
 def build_hisparse_config(tmp_path: Path, *, host_blocks: int, max_model_len: int = 1024,
                           max_num_seqs: int = 16, max_num_batched_tokens: int = 2048,
                           tensor_parallel_size: int = 1, eager_host_mirror: bool = True,
@@ -123,6 +141,7 @@ def build_hisparse_config(tmp_path: Path, *, host_blocks: int, max_model_len: in
     """The ``VllmConfig`` of a HiSparse engine whose host pool holds ``host_blocks``
     pages (``host_pool_gib`` = that many pages' bytes, as a user sizes it);
     ``async_scheduling``: vLLM's ``AsyncScheduler`` (a GPU engine's default)."""
+    name_hisparse_backend()
     directory = model_dir(tmp_path, MODEL_CONFIG, "hisparse-model")
     model = ModelConfig(model=str(directory), dtype="bfloat16", skip_tokenizer_init=True,
                         max_model_len=max_model_len)
@@ -268,15 +287,13 @@ class HiSparseDriver:
                                getattr(meta, "host_block_copies", ()) or ())
         ids = list(out.num_scheduled_tokens)
         connector_output, delivered = self._worker_output(out)
-        runner_output = ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[sampled_tokens(self.scheduler, out, r) for r in ids],
-            kv_connector_output=connector_output)
-        return out, runner_output, delivered
+        runner = runner_output(ids, [sampled_tokens(self.scheduler, out, r) for r in ids],
+                               connector_output)
+        return out, runner, delivered
 
-    def _process(self, out: Any, runner_output: ModelRunnerOutput,
+    def _process(self, out: Any, runner: ModelRunnerOutput,
                  delivered: Callable[[], None]) -> Any:
-        engine_outputs = self.scheduler.update_from_output(out, runner_output)
+        engine_outputs = self.scheduler.update_from_output(out, runner)
         delivered()
         self.steps += 1
         return self._read_stats(engine_outputs)

@@ -24,6 +24,7 @@ from kvobs.adapters.vllm import (
     instrument_offloading_worker,
 )
 from kvobs.recorder import Recorder
+from tests.engines.vllm033.vllm_engine import gpu_block_ids
 from tests.engines.vllm033.vllm_objects import admit, kv_cache_manager, request
 
 CHUNKS = 8
@@ -145,10 +146,12 @@ class CpuCopyWorker(OffloadingWorker):
         return True
 
     def submit_store(self, job_id, src_spec, dst_spec) -> bool:
-        return self._copy(job_id, self.gpu, self.host, src_spec.block_ids, dst_spec.block_ids)
+        return self._copy(job_id, self.gpu, self.host, gpu_block_ids(src_spec, [self.gpu]),
+                          dst_spec.block_ids)
 
     def submit_load(self, job_id, src_spec, dst_spec, expedited=False) -> bool:
-        return self._copy(job_id, self.host, self.gpu, src_spec.block_ids, dst_spec.block_ids)
+        return self._copy(job_id, self.host, self.gpu, src_spec.block_ids,
+                          gpu_block_ids(dst_spec, [self.gpu]))
 
     def get_finished(self):
         done, self.done = self.done, []

@@ -7,6 +7,7 @@ connector's stats (host hits, store / load bytes) and the KV cache events by med
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import enum
 import random
@@ -446,7 +447,7 @@ def fingerprint(obj: Any, depth: int = 0) -> Any:
                       if not (isinstance(k, str) and _is_clock(k)))
     if isinstance(obj, (set, frozenset)):
         return sorted(repr(fingerprint(v, depth + 1)) for v in obj)
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, array.array)):  # 0.34's token buffers are arrays
         return [fingerprint(v, depth + 1) for v in obj]
     if dataclasses.is_dataclass(obj):
         names = [f.name for f in dataclasses.fields(obj)]

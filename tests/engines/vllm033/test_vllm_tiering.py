@@ -29,9 +29,14 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
     OffloadingConnector,
 )
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
+from vllm.v1.kv_offload.base import (
+    OffloadingWorker,
+    ReqContext,
+    TransferResult,
+    make_offload_key,
+)
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.structured_output import StructuredOutputManager
 
 from kvobs.adapters._hooks import AdapterError
@@ -52,8 +57,10 @@ from tests.engines.vllm033.vllm_engine import (
     _Launched,
     _nothing,
     build_vllm_config,
+    gpu_block_ids,
     layer_specs,
     plan_kv_cache,
+    runner_output,
 )
 
 BLOCK = 16
@@ -89,11 +96,11 @@ class CpuCopyWorker(OffloadingWorker):
         return True
 
     def submit_store(self, job_id: int, src_spec: Any, dst_spec: Any) -> bool:
-        return self._copy(job_id, True, src_spec.block_ids, dst_spec.block_ids)
+        return self._copy(job_id, True, gpu_block_ids(src_spec, self.gpu), dst_spec.block_ids)
 
     def submit_load(self, job_id: int, src_spec: Any, dst_spec: Any,
                     expedited: bool = False) -> bool:
-        return self._copy(job_id, False, dst_spec.block_ids, src_spec.block_ids)
+        return self._copy(job_id, False, gpu_block_ids(dst_spec, self.gpu), src_spec.block_ids)
 
     def get_finished(self) -> list[TransferResult]:
         done, self.done = self.done, []
@@ -158,12 +165,10 @@ class WorkerLoop(EngineDriver):
         worker_meta = connector.build_connector_worker_meta()
         connector.clear_connector_metadata()
         ids = list(out.num_scheduled_tokens)
-        runner_output = ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[self._sample(out, r) for r in ids],
-            kv_connector_output=KVConnectorOutput(finished_recving=recving or None,
-                                                  kv_connector_worker_meta=worker_meta))
-        return _Launched(out, runner_output, [], [], _nothing, 0.0)
+        runner = runner_output(ids, [self._sample(out, r) for r in ids],
+                               KVConnectorOutput(finished_recving=recving or None,
+                                                 kv_connector_worker_meta=worker_meta))
+        return _Launched(out, runner, [], [], _nothing, 0.0)
 
     def _process(self, launched: _Launched) -> StepRecord:
         """``update_from_output()`` of the oldest batch; vLLM's hits by source."""
@@ -531,3 +536,38 @@ def test_whole_scheduler_with_tiering_equals_vllm_at_every_step(wide_host_loop, 
     for alias in ("prepare_write", "complete_write", "complete_read"):
         assert getattr(primary, alias).__func__ is getattr(type(primary), alias.replace(
             "write", "store").replace("read", "load"))
+
+
+def test_chunks_a_deferred_release_holds_stay_in_use_until_vllm_releases_them(tmp_path):
+    """vLLM 0.34: a failed promotion whose tier may still write its chunks is failed with
+    ``defer_write_release`` (the keys leave the cache, the chunks stay write-pending, out
+    of the free pool) and freed later by ``release_deferred_write``. The host tier's in
+    use and its allocations less frees equal vLLM's own account at each point (vLLM 0.33
+    frees a failed promotion at once: no deferred release to follow)."""
+    scheduler = tiering_scheduler(tmp_path)
+    loop = WorkerLoop(scheduler, worker_connector(scheduler))
+    try:
+        primary = loop.offloading_manager.primary_tier
+        if not hasattr(primary, "defer_write_release"):
+            assert not hasattr(primary, "release_deferred_write")
+            return
+        rec = Recorder(engine="vllm")
+        instrument_scheduler(scheduler, rec)  # the host tier: the tiering's primary tier
+
+        def agree(in_use: int) -> None:
+            host = rec.snapshot().tier("host")
+            assert loop.primary_state()[0] == host.in_use_blocks == in_use
+            assert host.allocations - host.frees == in_use  # every free counted
+        keys = [make_offload_key(i.to_bytes(8, "big"), 0) for i in range(3)]
+        ctx = ReqContext(req_id="promoted")
+        output = primary.prepare_write(keys, ctx)  # the promotion reserves host chunks
+        assert output is not None and len(output.keys_to_store) == 3
+        agree(3)
+        chunk_ids = primary.defer_write_release(keys)  # its tier failed, may still write
+        assert primary.num_deferred_release_chunks == 3
+        agree(3)
+        primary.release_deferred_write(iter(chunk_ids))  # the tier let go of them
+        assert primary.num_deferred_release_chunks == 0
+        agree(0)
+    finally:
+        loop.offloading_manager.shutdown()

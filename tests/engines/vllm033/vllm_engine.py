@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -117,6 +118,35 @@ SCHEDULING = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sy
 #: The token the synthetic model runner samples (and the last one of a request that
 #: stops by itself: :meth:`EngineDriver.request`).
 SAMPLED_TOKEN, STOP_TOKEN = 7, 9
+
+
+#: vLLM 0.33's ``ModelRunnerOutput`` also takes each request's row (0.34 dropped it).
+_ROWS = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+
+
+def runner_output(ids: list[str], sampled: list[list[int]],
+                  connector_output: Any = None) -> ModelRunnerOutput:
+    """What the model runner returns for the batch ``ids`` (``sampled``: their tokens), as
+    this vLLM release's ``ModelRunnerOutput`` takes it."""
+    rows = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if _ROWS else {}
+    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled,
+                             kv_connector_output=connector_output, **rows)
+
+
+def gpu_block_ids(spec: Any, tensors: Sequence[torch.Tensor]) -> list[int]:
+    """The GPU blocks of a transfer's GPU side, as an ``OffloadingWorker`` gets it: vLLM
+    0.33's ``GPULoadStoreSpec`` names them; 0.34's ``DevicePointers`` point at their rows
+    (base + block id x row bytes, group by group and data ref by data ref: the first data
+    ref's pointers, against whichever of ``tensors`` holds them)."""
+    ids = getattr(spec, "block_ids", None)
+    if ids is not None:
+        return [int(i) for i in ids]
+    pointers = [int(p) for p in spec.ptrs[:spec.group_block_counts[0]]]
+    for tensor in tensors:
+        base, row = tensor.data_ptr(), tensor.stride(0) * tensor.element_size()
+        if pointers and base <= pointers[0] < base + tensor.shape[0] * row:
+            return [(p - base) // row for p in pointers]
+    raise ValueError("the transfer's device pointers are in none of the GPU tensors")
 
 
 def sampled_tokens(scheduler: Scheduler, out: Any, req_id: str) -> list[int]:
@@ -521,11 +551,8 @@ class EngineDriver:
             connector_output = KVConnectorOutput(finished_recving=loaded or None,
                                                  kv_connector_worker_meta=worker_meta)
         ids = list(out.num_scheduled_tokens)
-        runner_output = ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[self._sample(out, r) for r in ids],
-            kv_connector_output=connector_output)
-        return _Launched(out, runner_output, stores, loads, delivered, ready_at)
+        runner = runner_output(ids, [self._sample(out, r) for r in ids], connector_output)
+        return _Launched(out, runner, stores, loads, delivered, ready_at)
 
     def _sample(self, out: Any, req_id: str) -> list[int]:
         """The tokens the model samples for ``req_id`` in the batch of ``out``; a request
