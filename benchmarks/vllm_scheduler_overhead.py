@@ -37,7 +37,7 @@
    state set through vLLM's own calls (goal <= 5 ms).
 
 Run from the repository root with the vLLM venv (``bash scripts/deps/engines.sh vllm``),
-as a module (it drives the real-loop test bed, ``tests.engines.vllm033.vllm_engine``)::
+as a module (it drives the real-loop test bed, ``tests.engines.vllm.vllm_engine``)::
 
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead          # table
     .venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --json   # one JSON object
@@ -70,7 +70,7 @@ import torch
 from kvobs.adapters import _hooks
 from kvobs.adapters.vllm import instrument_block_pool, instrument_scheduler
 from kvobs.recorder import Recorder
-from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
+from tests.engines.vllm.vllm_engine import EngineDriver, build_scheduler
 
 CHUNK_BYTES = 16384  # one block of the test model (2 layers, fp16)
 

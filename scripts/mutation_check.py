@@ -17,7 +17,7 @@ Usage (about 20-60 s per mutant; ``make mutants`` runs every engine)::
     python scripts/mutation_check.py --engine sglang        # one engine's
     python scripts/mutation_check.py --only reuse           # ids containing "reuse"
     python scripts/mutation_check.py --only hisparse \
-        --suite .venv-vllm/bin/python:tests/engines/vllm033/test_vllm_hisparse.py
+        --suite .venv-vllm/bin/python:tests/engines/vllm/test_vllm_hisparse.py
     python scripts/mutation_check.py --list
     python scripts/mutation_check.py --check                # every snippet still applies
 
@@ -116,7 +116,7 @@ def main() -> int:
     args = parser.parse_args()
     chosen = tuple(tuple(s.split(":", 1)) for s in args.suite or ())
     if any(len(pair) != 2 for pair in chosen):
-        parser.error("--suite: give PYTHON:PATH, e.g. .venv-vllm/bin/python:tests/engines/vllm033")
+        parser.error("--suite: give PYTHON:PATH, e.g. .venv-vllm/bin/python:tests/engines/vllm")
     plan = [(m, chosen or module.SUITES) for module in map(engine_module, args.engine or ENGINES)
             for m in module.mutants() if args.only in m.id]
     if args.list:

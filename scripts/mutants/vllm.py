@@ -8,7 +8,7 @@ ADAPTERS = "kvobs/adapters/vllm"
 #: (interpreter, suite) pairs the mutants are judged by: the real engine first (a
 #: session-scoped run per executor, single-process first: most mutants fail in ~20 s).
 SUITES = ((".venv-vllm-cpu/bin/python", "tests/engines/vllm032"),
-          (".venv-vllm/bin/python", "tests/engines/vllm033"))
+          (".venv-vllm/bin/python", "tests/engines/vllm"))
 
 
 def job_transfer(event: str, path: str, call: str) -> list[m.Mutant]:
@@ -121,7 +121,7 @@ def mutants() -> list[m.Mutant]:
                  'Hook("pop_blocks_for_free", ("request",), "track", before=_release_before,',
                  'Hook("pop_blocks_for_free", ("request",), "track", before=None,'),
         # offloading tiering: the disk tier and host <-> disk transfers, as vLLM's tiering
-        # manager counts them (tests/engines/vllm033/test_vllm_tiering.py)
+        # manager counts them (tests/engines/vllm/test_vllm_tiering.py)
         *m.transfer("tiering.cascade", tiering,
                     "inst.cascade.transfer(len(written), nbytes, seconds)", "len(written)",
                     "nbytes", indent="    "),
@@ -146,7 +146,7 @@ def mutants() -> list[m.Mutant]:
         *m.counter_add("relookup.saved(host)", "kvobs/recorder.py",
                        "self.host_saved_s += host_hit * cost\n            self.disk_saved_s "
                        "+= disk_hit * cost\n\n    def open_trace", "host_hit * cost"),
-        # vLLM HiSparse: page transfers, host stores and hot buffers (tests/engines/vllm033)
+        # vLLM HiSparse: page transfers, host stores and hot buffers (tests/engines/vllm)
         *m.transfer("hisparse.writeback", hisparse,
                     "inst.writeback.transfer(1, inst.page_bytes * inst.writeback_copies)", "1",
                     "inst.page_bytes * inst.writeback_copies"),

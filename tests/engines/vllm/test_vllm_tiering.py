@@ -50,7 +50,7 @@ from kvobs.adapters.vllm.tiering import (
 )
 from kvobs.recorder import Recorder
 from kvobs.testing import Conformance, capture_telemetry
-from tests.engines.vllm033.vllm_engine import (
+from tests.engines.vllm.vllm_engine import (
     SCHEDULING,
     EngineDriver,
     StepRecord,

@@ -76,7 +76,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 # vllm_engine also sets vLLM's block-hash seed (init_none_hash) the drivers' hashers need
-from tests.engines.vllm033.vllm_engine import (
+from tests.engines.vllm.vllm_engine import (
     capture_kv_events,
     model_dir,
     runner_output,
@@ -269,7 +269,7 @@ class HiSparseDriver:
         """One engine step, ending with one ``update_from_output()``; returns vLLM's
         scheduler stats of it. With one batch in flight: ``schedule()``, the workers'
         reply, ``update_from_output()``; with async scheduling, as the engine core's batch
-        queue (:func:`~tests.engines.vllm033.vllm_engine.step_with_batch_queue`)."""
+        queue (:func:`~tests.engines.vllm.vllm_engine.step_with_batch_queue`)."""
         return step_with_batch_queue(self.scheduler, self._batch_queue, self.batch_queue_size,
                                      self._launch, lambda launched: self._process(*launched))
 

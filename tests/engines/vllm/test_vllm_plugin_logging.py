@@ -22,7 +22,7 @@ ENGINE = textwrap.dedent("""
     import vllm.plugins
     from vllm.config.logging import LoggingConfig
     from vllm.logger import configure_logging
-    from tests.engines.vllm033.vllm_engine import build_scheduler
+    from tests.engines.vllm.vllm_engine import build_scheduler
     from kvobs.adapters.vllm import plugin
     configure_logging(LoggingConfig())  # what vLLM's engine core does first
     vllm.plugins.load_general_plugins()

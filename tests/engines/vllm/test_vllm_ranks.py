@@ -18,8 +18,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.engines.vllm.test_vllm_plugin import scrape, value
 from tests.engines.vllm032.engine_run import free_port
-from tests.engines.vllm033.test_vllm_plugin import scrape, value
 
 HERE = Path(__file__).parent
 

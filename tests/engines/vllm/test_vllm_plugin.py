@@ -28,13 +28,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from kvobs.adapters.vllm import plugin
-from tests.engines.vllm033.test_vllm_tiering import (
+from tests.engines.vllm.test_vllm_tiering import (
     CpuCopyWorker,
     WorkerLoop,
     tiering_scheduler,
     worker_connector,
 )
-from tests.engines.vllm033.vllm_engine import SCHEDULING, EngineDriver, build_scheduler
+from tests.engines.vllm.vllm_engine import SCHEDULING, EngineDriver, build_scheduler
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -337,7 +337,7 @@ def test_single_process_executor_shares_one_endpoint_and_counted_links(loaded, t
     land on the links the scheduler counts."""
     from vllm.v1.structured_output import StructuredOutputManager
 
-    from tests.engines.vllm033.vllm_engine import build_vllm_config, layer_specs, plan_kv_cache
+    from tests.engines.vllm.vllm_engine import build_vllm_config, layer_specs, plan_kv_cache
 
     config = build_vllm_config(tmp_path, cpu_bytes=1 << 20, max_model_len=63 * 16)
     config.parallel_config.distributed_executor_backend = "uni"

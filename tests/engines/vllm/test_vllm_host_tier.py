@@ -24,8 +24,8 @@ from kvobs.adapters.vllm import (
     instrument_offloading_worker,
 )
 from kvobs.recorder import Recorder
-from tests.engines.vllm033.vllm_engine import gpu_block_ids
-from tests.engines.vllm033.vllm_objects import admit, kv_cache_manager, request
+from tests.engines.vllm.vllm_engine import gpu_block_ids
+from tests.engines.vllm.vllm_objects import admit, kv_cache_manager, request
 
 CHUNKS = 8
 
@@ -224,7 +224,7 @@ def test_capacities_come_from_vllms_own_config_objects():
     from vllm.v1.kv_offload.cpu.common import CPUOffloadingInfo
 
     from kvobs.adapters.vllm import gpu_tier_capacity, host_tier_capacity
-    from tests.engines.vllm033.vllm_objects import kv_cache_config, page_bytes
+    from tests.engines.vllm.vllm_objects import kv_cache_config, page_bytes
 
     gpu = gpu_tier_capacity(kv_cache_config(1000))
     assert (gpu.blocks, gpu.block_tokens, gpu.block_bytes) == (999, 16, 4 * page_bytes())

@@ -12,7 +12,7 @@ from vllm.v1.core.block_pool import BlockPool
 from kvobs.adapters import AdapterError
 from kvobs.adapters.vllm import instrument_block_pool, instrument_kv_cache_manager
 from kvobs.recorder import Recorder
-from tests.engines.vllm033.vllm_objects import admit, kv_cache_manager, page_bytes, request
+from tests.engines.vllm.vllm_objects import admit, kv_cache_manager, page_bytes, request
 
 
 def engine_view(pool: BlockPool) -> tuple[int, int]:

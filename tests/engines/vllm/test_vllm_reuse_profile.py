@@ -25,7 +25,7 @@ from kvobs.adapters.vllm import instrument_scheduler
 from kvobs.adapters.vllm.lookups import LookupInstrumentation
 from kvobs.recorder import Recorder
 from tests.engines.held_blocks import Media
-from tests.engines.vllm033.vllm_engine import EngineDriver, build_scheduler
+from tests.engines.vllm.vllm_engine import EngineDriver, build_scheduler
 
 CHUNK_BYTES = 16384  # one GPU block of the test model = one host chunk
 GPU_BLOCKS, HOST_CHUNKS = 48, 96
