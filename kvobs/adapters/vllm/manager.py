@@ -159,6 +159,7 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
                 if isinstance(host, OffloadingInstrumentation) and host.active:
                     # the connector completes one job per manager call: count each there
                     host.store_jobs, host.load_jobs = connector.offload, connector.onload
+                    host.failed_loads = connector.failed_loads
             undo.pop_all()
     return result
 

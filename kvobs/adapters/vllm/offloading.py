@@ -80,6 +80,8 @@ class OffloadingInstrumentation(Instrumentation):
         self.offload: LinkEvents = NULL_LINK
         self.store_jobs: LinkEvents | None = None
         self.load_jobs: LinkEvents | None = None
+        #: keys of load jobs the workers reported failed (the connector adapter's)
+        self.failed_loads: set[tuple[Any, ...]] = set()
         self.refused: OrderedDict[Any, None] = OrderedDict()
 
     def resident(self) -> tuple[int, int]:
@@ -153,11 +155,17 @@ def _load_prepared(inst: OffloadingInstrumentation, evictable: int, result: Any,
 
 def _load_completed(inst: OffloadingInstrumentation, evictable: int, result: None,
                     keys: Collection[Any], req_context: Any) -> None:
-    """A load job completed: one transfer of its chunks (where ``load_jobs``), and the
-    chunks whose last reader finished are idle again."""
+    """A load job completed: one transfer of its chunks (where ``load_jobs``), or a
+    failed one where a worker reported it failed, and the chunks whose last reader
+    finished are idle again."""
     loads = inst.load_jobs
     if loads is not None:
-        loads.transfer(len(keys), 0)
+        failed = inst.failed_loads
+        if failed and tuple(keys) in failed:
+            failed.discard(tuple(keys))
+            loads.fail(len(keys))
+        else:
+            loads.transfer(len(keys), 0)
     _read_completed(inst, evictable, result, keys, req_context)
 
 

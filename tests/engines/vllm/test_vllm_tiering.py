@@ -25,6 +25,9 @@ import pytest
 import torch
 from vllm.config import set_current_vllm_config
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+    OffloadingWorkerMetadata,
+)
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
     OffloadingConnector,
 )
@@ -72,6 +75,9 @@ class CpuCopyWorker(OffloadingWorker):
     and back (one GPU block per chunk), done at the next ``get_finished``.
 
     ``timed``: report ``transfer_time`` (as vLLM's CUDA-event timing does) or None.
+    ``failing_loads``: that many of the next async loads fail (copy nothing, report
+    ``success=False``: what vLLM 0.34's worker passes on as a failed job); their chunks
+    are added to ``failed_load_chunks``.
     """
 
     def __init__(self, gpu: list[torch.Tensor], num_chunks: int, timed: bool = True) -> None:
@@ -80,6 +86,9 @@ class CpuCopyWorker(OffloadingWorker):
         self.timed = timed
         self.done: list[TransferResult] = []
         self.submitted = 0
+        self.failing_loads = 0
+        self.failed_load_chunks = 0
+        self.loaded_chunks = 0  # host chunks copied to the GPU
 
     def _copy(self, job_id: int, to_host: bool, gpu_ids: Any, chunk_ids: Any) -> bool:
         start = time.perf_counter()
@@ -100,6 +109,12 @@ class CpuCopyWorker(OffloadingWorker):
 
     def submit_load(self, job_id: int, src_spec: Any, dst_spec: Any,
                     expedited: bool = False) -> bool:
+        if self.failing_loads and not expedited:
+            self.failing_loads -= 1
+            self.failed_load_chunks += len(src_spec.block_ids)
+            self.done.append(TransferResult(job_id, False))
+            return True
+        self.loaded_chunks += len(src_spec.block_ids)
         return self._copy(job_id, False, gpu_block_ids(dst_spec, self.gpu), src_spec.block_ids)
 
     def get_finished(self) -> list[TransferResult]:
@@ -161,13 +176,20 @@ class WorkerLoop(EngineDriver):
         connector.bind_connector_metadata(meta)
         connector.start_load_kv(None)  # type: ignore[arg-type]  # unused by this connector
         connector.wait_for_save()
-        _, recving = connector.get_finished(out.finished_req_ids)
+        failed: dict[str, set[str]] = {}
+        if hasattr(connector, "get_transfer_results"):  # vLLM 0.34: failed loads too
+            results = connector.get_transfer_results(out.finished_req_ids)
+            recving = results.finished_recving
+            failed["failed_recving"] = results.failed_recving
+        else:
+            _, recving = connector.get_finished(out.finished_req_ids)
         worker_meta = connector.build_connector_worker_meta()
         connector.clear_connector_metadata()
         ids = list(out.num_scheduled_tokens)
         runner = runner_output(ids, [self._sample(out, r) for r in ids],
                                KVConnectorOutput(finished_recving=recving or None,
-                                                 kv_connector_worker_meta=worker_meta))
+                                                 kv_connector_worker_meta=worker_meta,
+                                                 **failed))
         return _Launched(out, runner, [], [], _nothing, 0.0)
 
     def _process(self, launched: _Launched) -> StepRecord:
@@ -571,3 +593,27 @@ def test_chunks_a_deferred_release_holds_stay_in_use_until_vllm_releases_them(tm
         agree(0)
     finally:
         loop.offloading_manager.shutdown()
+
+
+def test_a_load_a_worker_reports_failed_counts_as_a_failure_not_a_transfer(wide_host_loop):
+    """vLLM 0.34: a load job a worker reports failed (``failed_jobs``) still completes
+    through ``complete_load``, which does not say it failed: kvobs counts its chunks as
+    failed host -> GPU transfers, and only the chunks the worker copied as moved. (vLLM
+    0.33's worker asserts every transfer succeeded: there is nothing to count.)"""
+    loop = wide_host_loop
+    worker = loop.connector.connector_worker.worker
+    if not hasattr(OffloadingWorkerMetadata(), "failed_jobs"):
+        return
+    rec = Recorder(engine="vllm")
+    inst = instrument_scheduler(loop.scheduler, rec)
+    for turn in range(3):
+        if turn == 1:
+            worker.failing_loads = 2
+        for conv in (*range(6), 2):
+            loop.add(f"c{conv}-t{turn}", prompt(conv, 3), max_tokens=2)
+            loop.run()
+    onload = rec.snapshot().link("host", "gpu")
+    assert worker.failing_loads == 0 and worker.failed_load_chunks > 0
+    assert onload.failures == worker.failed_load_chunks
+    assert onload.blocks == worker.loaded_chunks > 0
+    inst.unwrap()
