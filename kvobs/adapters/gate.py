@@ -4,7 +4,7 @@ two series at every scrape.
 Each part of an engine's instrumentation (an :class:`~kvobs.adapters._hooks.Instrumentation`)
 checks the methods and fields it reads; where they differ it turns itself off with its
 reasons (``problems``), and a hook whose reader fails at run time retires
-(``retired``). :func:`log_enabled` logs ``kvobs_enabled``, naming the engine, its
+(``retired``). :func:`log_instrumented` logs ``kvobs_instrumented``, naming the engine, its
 release, the releases kvobs was tested on (:mod:`kvobs.adapters.versions`) and every part
 on or off with the reason; :func:`info_source` exports ``kvobs_engine_info`` and
 ``kvobs_part_enabled`` (read at each collection, so a hook that retired later reads 0).
@@ -79,12 +79,12 @@ def release(engine: str) -> tuple[str, str]:
     return found, versions.support(engine, found)
 
 
-def log_enabled(logger: Any, engine: str, parts: Iterable[Instrumentation],
+def log_instrumented(logger: Any, engine: str, parts: Iterable[Instrumentation],
                 **labels: str) -> None:
-    """One ``kvobs_enabled`` line: the engine, its release and support, the releases
+    """One ``kvobs_instrumented`` line: the engine, its release and support, the releases
     kvobs was tested on, and each part on or off with the reason."""
     found, support = release(engine)
-    logger.info("kvobs_enabled", engine=engine, version=found, support=support,
+    logger.info("kvobs_instrumented", engine=engine, version=found, support=support,
                 tested=versions.tested_versions(engine),
                 parts="; ".join(str(state) for state in part_states(parts)), **labels)
 

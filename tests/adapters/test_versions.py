@@ -93,11 +93,11 @@ def test_the_enable_line_and_the_info_series_say_each_part_on_or_off_and_why():
 def test_the_enable_line_names_release_support_tested_and_parts():
     rec = Recorder(engine="vllm")
     with capture_logs() as logs:
-        gate.log_enabled(get_logger("kvobs.vllm"), "vllm", [start(Pool(), rec)], dp_rank="0")
+        gate.log_instrumented(get_logger("kvobs.vllm"), "vllm", [start(Pool(), rec)], dp_rank="0")
     ((event, fields),) = [(log.pop("event"), log) for log in logs]
     fields.pop("log_level")
     release, support = gate.release("vllm")
-    assert event == "kvobs_enabled"
+    assert event == "kvobs_instrumented"
     assert fields == {"engine": "vllm", "version": release, "support": support,
                       "tested": "0.32.0, 0.33.0, 0.34.0", "parts": "gpu_tier on",
                       "dp_rank": "0"}

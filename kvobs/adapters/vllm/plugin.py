@@ -152,7 +152,7 @@ class _Enabled:
             if tiering is not None:
                 self.instrumentations.append(tiering)
             parts = [*inst.parts, *(tiering.parts if tiering is not None else ())]
-        gate.log_enabled(_log, "vllm", parts, **rec.labels)
+        gate.log_instrumented(_log, "vllm", parts, **rec.labels)
         _log_capacity(scheduler, rec, inst)
         return inst
 
@@ -199,7 +199,7 @@ class _Enabled:
             inst = instrument_offloading_worker(connector_worker.worker, rec,
                                                 links=self._worker_links(rec))
             self.instrumentations.append(inst)
-        gate.log_enabled(_log, "vllm", [inst], **labels)
+        gate.log_instrumented(_log, "vllm", [inst], **labels)
         return inst
 
     def _worker_links(self, rec: Recorder) -> Callable[[str, str], LinkRecorder]:

@@ -9,6 +9,7 @@ Every figure is read back by scraping ``/metrics`` over HTTP.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -132,6 +134,17 @@ def test_real_scheduler_is_instrumented_served_and_unwrapped(loaded, tmp_path,
     assert capacity["dp_rank"] == "0" and capacity["model"] == "tiny-llama"
     serving = [e for e in loaded if e["event"] == "metrics_serving"]
     assert serving and serving[0]["url"] == url and serving[0]["dp_rank"] == "0"
+    # the release named, as tested, and every part of the scheduler read (this release is
+    # in the matrix): in the enable line and the info series
+    release = version("vllm")
+    (enabled,) = [e for e in loaded if e["event"] == "kvobs_instrumented"]
+    assert (enabled["version"], enabled["support"]) == (release, "tested")
+    assert enabled["parts"] == ("gpu_tier on; lookups on; host_tier on; step_timing on; "
+                                "transfers on")
+    assert value(samples, "kvobs_engine_info", engine_version=release, support="tested") == 1
+    assert {dict(labels)["part"]: v for (name, labels), v in samples.items()
+            if name == "kvobs_part_enabled"} == {
+        "gpu_tier": 1, "lookups": 1, "host_tier": 1, "step_timing": 1, "transfers": 1}
 
     manager = driver.offloading_manager
     plugin.disable()
@@ -363,3 +376,37 @@ def test_single_process_executor_shares_one_endpoint_and_counted_links(loaded, t
     assert operations == timed  # counted by the scheduler side, timed by the worker
     assert {dict(labels).get("tp_rank") for name, labels in samples  # the engine's labels
             if name.startswith("kvobs_")} == {None}
+
+
+def test_a_release_whose_pool_changed_says_so_and_exports_no_made_up_gpu_tier(
+        loaded, tmp_path, monkeypatch, caplog):
+    """A newer vLLM whose block pool kvobs cannot read (stood in for by a field the GPU
+    tier's check now asks for): the release is named untested, the GPU tier is off with
+    its reason in the enable line, the capacity line names the GPU tier unreadable (never
+    "max concurrency 0.00x"), and the GPU tier's series are absent, not 0."""
+    from kvobs.adapters import versions
+    from kvobs.adapters.vllm import block_pool
+
+    monkeypatch.setattr(block_pool, "SPEC", dataclasses.replace(
+        block_pool.SPEC, state=(*block_pool.SPEC.state, "null_block.block_hash_moved")))
+    monkeypatch.setattr(versions, "installed", lambda engine: "0.35.0")
+    with caplog.at_level("INFO", logger="vllm.kvobs"):
+        scheduler = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
+    (enabled,) = [e for e in loaded if e["event"] == "kvobs_instrumented"]
+    assert (enabled["version"], enabled["support"]) == ("0.35.0", "untested")
+    missing = "BlockPool.null_block.block_hash_moved is missing"
+    assert f"gpu_tier off ({missing})" in enabled["parts"]
+    assert "host_tier on" in enabled["parts"]
+    (capacity,) = [e for e in loaded if e["event"] == "kv_cache_capacity"]
+    assert capacity["max_concurrency"] is None and set(capacity["tiers"]) == {"host"}
+    assert capacity["unreadable"] == {"gpu": f"unreadable on vLLM 0.35.0: {missing}"}
+    (line,) = [r.getMessage() for r in caplog.records if "KV cache capacity" in r.getMessage()]
+    assert f"gpu tier unreadable on vLLM 0.35.0: {missing}" in line
+    assert "max concurrency" not in line
+    samples = scrape(plugin.state().telemetry.metrics_url)
+    assert value(samples, "kvobs_engine_info", engine_version="0.35.0", support="untested") == 1
+    assert value(samples, "kvobs_part_enabled", part="gpu_tier") == 0
+    assert value(samples, "kvobs_part_enabled", part="host_tier") == 1
+    assert not [name for (name, labels), _ in samples.items()
+                if name.startswith("kvobs_tier_") and ("tier", "gpu") in labels]
+    assert scheduler.kv_cache_manager.block_pool.get_new_blocks.__func__  # vLLM untouched
