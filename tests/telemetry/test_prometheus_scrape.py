@@ -95,7 +95,9 @@ def test_every_exported_name_is_in_the_catalog_and_counters_keep_growing(telemet
                        # where the adapter tells preempted re-lookups apart (vLLM)
                        "kvobs_preempted_lookups_total", "kvobs_preempted_lookup_tokens_total",
                        # where the engine has hot buffers (vLLM HiSparse)
-                       "kvobs_hot_buffer_lookups_total", "kvobs_hot_buffer_load_bytes_total"}
+                       "kvobs_hot_buffer_lookups_total", "kvobs_hot_buffer_load_bytes_total",
+                       # where an engine plugin says which release and parts it reads
+                       "kvobs_engine_info", "kvobs_part_enabled"}
     assert (
         names - nvml_only - only_when_known
         <= {n.removesuffix("_count") for n in exported} | exported
