@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from private_names import markdown_table as private_names_table
+
 from kvobs import catalog, events
 from kvobs.adapters import versions
 
@@ -24,6 +26,7 @@ FILES: Mapping[str, Mapping[str, Callable[[], str]]] = {
     "README.md": {"versions-table": versions.markdown_table},
     "docs/metrics.md": {"metrics-table": catalog.markdown_table},
     "docs/engines/index.md": {"events-table": events.markdown_table},
+    "docs/engines/private-names.md": {"private-names": private_names_table},
 }
 
 
