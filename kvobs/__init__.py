@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from kvobs._version import __version__
 
 if TYPE_CHECKING:
     from kvobs.adapters.generic import KVCacheCallbacks, instrument_methods

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kvobs import __version__
+from kvobs._version import __version__
 from kvobs.cli import capacity_cmd, dashboards_cmd, demo_cmd, report_cmd, top_cmd, whatif_cmd
 from kvobs.cli.options import Parser
 from kvobs.errors import ConfigError, KvobsError

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from kvobs import __version__
+from kvobs._version import __version__
 from kvobs.catalog import METRICS, MetricSpec
 from kvobs.telemetry.series import SeriesSource, recorder_series
 

@@ -32,7 +32,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
-from kvobs import __version__
+from kvobs._version import __version__
 from kvobs.catalog import METRICS, MetricSpec, by_name
 from kvobs.recorder import Recorder
 from kvobs.samples import BUCKETS as _BUCKETS
