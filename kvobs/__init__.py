@@ -100,7 +100,7 @@ def start_telemetry(
             process-wide to print kvobs's events (scripts that own their process).
         log_capacity: log the ``kv_cache_capacity`` event of the recorder's tiers now.
         request_tokens: request length the capacity log interprets capacity for.
-        logger: logger for kvobs's events (default ``kvobs.telemetry.logs.get_logger()``).
+        logger: logger for kvobs's events (default ``kvobs.logs.get_logger()``).
         **options: passed on to :meth:`Telemetry.start`: ``metrics_addr`` (``HOST:PORT``;
             port 0: any free port, ``telemetry.metrics_url`` says which; None serves
             nothing), ``otlp_endpoint``, ``otlp_interval_s``, ``summary_interval_s``,
@@ -116,7 +116,7 @@ def start_telemetry(
     """
     from kvobs.capacity import CapacityPlan
     from kvobs.exporter import Telemetry
-    from kvobs.telemetry.logs import configure_logging, get_logger
+    from kvobs.logs import configure_logging, get_logger
     from kvobs.telemetry.logs import log_capacity as emit_capacity
 
     if logs is not None:

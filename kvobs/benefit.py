@@ -40,7 +40,7 @@ from __future__ import annotations
 import threading
 
 from kvobs.errors import ConfigError
-from kvobs.telemetry.logs import get_logger
+from kvobs.logs import get_logger
 from kvobs.telemetry.settings import read_env, seconds
 
 SOURCES: tuple[str, ...] = ("none", "configured", "modelled", "measured")

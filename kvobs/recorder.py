@@ -37,6 +37,8 @@ from kvobs.benefit import PrefillCost
 from kvobs.catalog import EVICTION_REASONS
 from kvobs.errors import ConfigError, UnknownTierError
 from kvobs.events import Keys
+from kvobs.logs import get_logger
+from kvobs.ratelimit import RateLimit
 from kvobs.residency import ResidencyTracker
 from kvobs.reuse import ReuseProfile
 from kvobs.samples import SampleHistograms
@@ -48,8 +50,6 @@ from kvobs.snapshot import (
     ReuseSnapshot,
     TierSnapshot,
 )
-from kvobs.telemetry.logs import get_logger
-from kvobs.telemetry.ratelimit import RateLimit
 from kvobs.thrash import ThrashTracker
 from kvobs.tiers import GPU, HOST, ROLES, default_role, tier_order, validate_tier_name
 from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES

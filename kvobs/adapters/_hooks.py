@@ -57,8 +57,8 @@ from typing import Any, TypeVar
 
 from kvobs.errors import KvobsError
 from kvobs.events import EVENTS, NULL_TIER, TierEvents
-from kvobs.telemetry.logs import get_logger
-from kvobs.telemetry.ratelimit import RateLimit
+from kvobs.logs import get_logger
+from kvobs.ratelimit import RateLimit
 
 _log = get_logger("kvobs.adapters")
 

@@ -15,7 +15,7 @@ in all; port 0 = any free port; empty = no endpoint), ``KVOBS_METRICS_MIN_INTERV
 Inside an engine a bad value never disables kvobs: it is ignored, the default is used,
 and one ``kvobs_setting_ignored`` warning in the engine's log names the variable, the
 value and the default. kvobs's events go through the standard ``logging`` module under
-``kvobs.*`` (:mod:`kvobs.telemetry.logs`); nothing is configured process-wide.
+``kvobs.*`` (:mod:`kvobs.logs`); nothing is configured process-wide.
 
 Example:
     >>> from kvobs.adapters import _plugin
@@ -61,7 +61,7 @@ def settings(logger: Any, environ: Mapping[str, str] | None = None,
     """The telemetry settings of this engine process; an invalid variable is logged on
     ``logger`` (``kvobs_setting_ignored``, once the log format and the host's handlers
     are in place: see :func:`start_telemetry`'s ``host_logger``) and its default used."""
-    from kvobs.telemetry.logs import use_host_handlers
+    from kvobs.logs import use_host_handlers
 
     ignored: list[dict[str, Any]] = []
 
@@ -85,14 +85,14 @@ def start_telemetry(rec: Recorder, logger: Any, port_offset: int, *,
 
     Args:
         rec: the process's recorder.
-        logger: logger for kvobs's events (:func:`kvobs.telemetry.logs.get_logger`).
+        logger: logger for kvobs's events (:func:`kvobs.logs.get_logger`).
         port_offset: added to the base port (the process's rank).
         request_tokens: log the ``kv_cache_capacity`` event of ``rec``'s tiers for
             requests this long; None logs none.
         config: the process's settings (default: :func:`settings`, read now).
         host_logger: the engine's logger namespace (``"vllm"``) whose handlers kvobs's
             events share when nothing handles the ``kvobs`` logger
-            (:func:`kvobs.telemetry.logs.use_host_handlers`).
+            (:func:`kvobs.logs.use_host_handlers`).
 
     Raises:
         ConfigError: no free port, or a file named by a setting is unusable (one line,
@@ -101,8 +101,8 @@ def start_telemetry(rec: Recorder, logger: Any, port_offset: int, *,
     from dataclasses import replace
 
     from kvobs import start_telemetry as start
+    from kvobs.logs import use_host_handlers
     from kvobs.telemetry.address import shift_port
-    from kvobs.telemetry.logs import use_host_handlers
 
     chosen = config if config is not None else settings(logger, host_logger=host_logger)
     use_host_handlers(host_logger, chosen.log_format)

@@ -208,10 +208,11 @@ def run(args: argparse.Namespace) -> int:
 
     from kvobs.capacity import CapacityPlan
     from kvobs.exporter import Telemetry
+    from kvobs.logs import configure_logging
     from kvobs.pool import ServingLoop, TieredKVPool
     from kvobs.pool.workload import ChatWorkload, WorkloadConfig
     from kvobs.recorder import Recorder
-    from kvobs.telemetry.logs import configure_logging, log_capacity
+    from kvobs.telemetry.logs import log_capacity
 
     configure_logging(args.log_format, stream=log_stream)
     logger = structlog.get_logger("kvobs")

@@ -29,8 +29,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from kvobs.errors import ConfigError
+from kvobs.ratelimit import RateLimit
 from kvobs.recorder import Recorder
-from kvobs.telemetry.ratelimit import RateLimit
 
 _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.metric_exporter",

@@ -12,8 +12,8 @@ from structlog.testing import capture_logs
 from kvobs.adapters import gate, versions
 from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.events import NULL_TIER
+from kvobs.logs import get_logger
 from kvobs.recorder import Recorder
-from kvobs.telemetry.logs import get_logger
 from kvobs.telemetry.series import recorder_series
 from tests.required import REPO
 

@@ -77,6 +77,8 @@ CORE_MODULES = [
     "kvobs.telemetry.series",
     "kvobs.telemetry.otel",
     "kvobs.telemetry.logs",
+    "kvobs.logs",
+    "kvobs.ratelimit",
     "kvobs.telemetry.summary",
     "kvobs.telemetry.prometheus",
     "kvobs.cli.options",

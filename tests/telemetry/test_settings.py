@@ -112,7 +112,7 @@ EMBEDDED = textwrap.dedent("""
     host.propagate = False
     from kvobs.adapters import _plugin
     from kvobs.recorder import Recorder
-    from kvobs.telemetry.logs import get_logger
+    from kvobs.logs import get_logger
     rec = Recorder(engine="vllm", model="m", labels={"dp_rank": "0"})
     rec.add_tier("gpu", capacity_blocks=8, block_tokens=16, block_bytes=64)
     telemetry = _plugin.start_telemetry(rec, get_logger("kvobs.vllm"), 0,

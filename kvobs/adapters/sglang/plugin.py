@@ -55,8 +55,8 @@ from kvobs.adapters import _plugin
 from kvobs.adapters._hooks import AdapterError, Instrumentation
 from kvobs.adapters.sglang.gpu import instrument_token_allocator
 from kvobs.adapters.sglang.host import instrument_cache_controller
+from kvobs.logs import get_logger
 from kvobs.recorder import Recorder
-from kvobs.telemetry.logs import get_logger
 
 _log = get_logger("kvobs.sglang")
 #: What the hook is registered on, as SGLang's ``HookRegistry`` resolves it.

@@ -92,8 +92,8 @@ from kvobs.adapters._hooks import Instrumentation
 from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_scheduler
 from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
+from kvobs.logs import get_logger
 from kvobs.recorder import LinkRecorder, Recorder
-from kvobs.telemetry.logs import get_logger
 from kvobs.telemetry.settings import TelemetrySettings
 
 _log = get_logger("kvobs.vllm")
