@@ -44,13 +44,8 @@ REASONS: dict[str, dict[str, str]] = {
         "_num_write_pending_chunks": "chunks being written, before and after a store "
                                      "completes (how many landed); `get_stats()` drains "
                                      "counters.",
-        "_policy": "whether a refused chunk was held already (no drop counted twice): "
-                   "`lookup()` answers the same but records a request access in vLLM 0.34.",
         "_num_chunks": "the host tier's capacity where `config_info()` (vLLM 0.33+) is "
                        "absent (vLLM 0.32).",
-        "_jobs": "the keys of a load job a worker reported failed (0.34's `failed_jobs` "
-                 "names job ids; `complete_load` does not say it failed): no public map "
-                 "from a job to its keys.",
         "_manager": "vLLM 0.32 publishes the host tier's bytes per chunk only on the "
                     "offloading spec; `get_manager()` would create a manager.",
         "_adopt_copies": "HiSparse: the host pages a request's prefix hit adopts, at the "

@@ -54,8 +54,8 @@ def mutants() -> list[m.Mutant]:
                          "cached"),
         # the host tier (CPUOffloadingManager)
         *m.recorder_call("host.drop", host,
-                         "inst.offload.drop(inst.refuse(k for k in keys if get(k) is None))",
-                         "inst.refuse(k for k in keys if get(k) is None)"),
+                         "inst.offload.drop(inst.refuse(k for k in keys if lookup(k, req_context)",
+                         "inst.refuse(k for k in keys if lookup(k, req_context)"),
         *m.recorder_call("host.allocate(store)", host,
                          "        inst.tier.allocate(len(output.keys_to_store))\n    if output."
                          "evicted_keys:\n        inst.tier.evict(len(output.evicted_keys), "
@@ -97,9 +97,8 @@ def mutants() -> list[m.Mutant]:
         *job_transfer("transfer(load)", host, "loads.transfer(len(keys), 0)"),
         # vLLM 0.34: a load job a worker reported failed (failed_jobs)
         *m.recorder_call("transfer.fail(load)", host, "loads.fail(len(keys))", "len(keys)"),
-        m.Mutant("transfer.fail(load, failed_jobs unread):dropped", connector,
-                 "            inst.failed_loads.add(tuple(job.keys))\n",
-                 "            pass\n"),
+        m.Mutant("transfer.fail(load, failed_recving unread):dropped", connector,
+                 "    inst.failed_loads.update(failed)\n", "    pass\n"),
         *m.recorder_call("transfer.bytes(store)", connector,
                          "inst.offload.add_bytes(store.bytes)", "store.bytes"),
         *m.recorder_call("transfer.bytes(load)", connector,

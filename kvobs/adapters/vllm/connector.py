@@ -62,30 +62,25 @@ class ConnectorInstrumentation(Instrumentation):
         self.offload = LinkRecorder(GPU, HOST)
         self.onload = LinkRecorder(HOST, GPU)
         self.external: ExternalHits | None = None
-        #: keys of the load jobs vLLM's workers reported failed, until vLLM completes them
-        #: (vLLM 0.34's ``failed_jobs``; its ``complete_load`` does not say it failed)
-        self.failed_loads: set[tuple[Any, ...]] = set()
+        #: requests whose load vLLM's workers reported failed, until vLLM completes it
+        #: (vLLM 0.34's ``failed_recving``; its ``complete_load`` does not say it failed)
+        self.failed_loads: set[str] = set()
         #: workers that each time a shard of every job (vLLM's ``config.num_workers``)
         self.workers = max(int(getattr(getattr(side, "config", None), "num_workers", 1)
                                or 1), 1)
 
 
 def _failed(inst: ConnectorInstrumentation, connector_output: Any) -> None:
-    """Before vLLM completes this output's jobs: the keys of each load job a worker
-    reported failed (``OffloadingWorkerMetadata.failed_jobs``, vLLM 0.34 on), so that the
-    host tier counts that load as a failure when vLLM completes it (a job completes once
-    every worker reported it, maybe a later step). Stores need nothing: vLLM completes a
-    failed one with ``success=False``."""
-    failed = getattr(getattr(connector_output, "kv_connector_worker_meta", None),
-                     "failed_jobs", None)
+    """Before vLLM completes this output's jobs: the requests whose load a worker reported
+    failed (``KVConnectorOutput.failed_recving``, vLLM 0.34 on; only an async load can
+    fail, a failed sync load stops the worker), so that the host tier counts that load as
+    a failure when vLLM completes it (once every worker reported it, maybe a later step).
+    Stores need nothing: vLLM completes a failed one with ``success=False``."""
+    failed = getattr(connector_output, "failed_recving", None)
     if not failed:
         return
-    jobs = inst.target._jobs  # the job's keys: no public surface carries them
-    for job_id in failed:
-        job = jobs.get(job_id)
-        if job is not None and not job.is_store:
-            inst.failed_loads.add(tuple(job.keys))
-    while len(inst.failed_loads) > MAX_FAILED_LOADS:  # jobs vLLM never completed
+    inst.failed_loads.update(failed)
+    while len(inst.failed_loads) > MAX_FAILED_LOADS:  # loads vLLM never completed
         inst.failed_loads.pop()
 
 
@@ -138,7 +133,7 @@ SPEC = AdapterSpec(COMPONENT, ("OffloadingConnectorScheduler",), (
          before=_failed, after=_reported),
     Hook("update_state_after_alloc", ("request", "blocks", "num_external_tokens"), "lookup",
          after=_planned, when=_external),
-), state=("manager", "get_external_cache_hit_sources", "_jobs"))
+), state=("manager", "get_external_cache_hit_sources"))
 
 
 def instrument_connector_scheduler(side: Any, rec: Recorder, *, gpu_tier: str = GPU,

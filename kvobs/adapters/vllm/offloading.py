@@ -80,8 +80,8 @@ class OffloadingInstrumentation(Instrumentation):
         self.offload: LinkEvents = NULL_LINK
         self.store_jobs: LinkEvents | None = None
         self.load_jobs: LinkEvents | None = None
-        #: keys of load jobs the workers reported failed (the connector adapter's)
-        self.failed_loads: set[tuple[Any, ...]] = set()
+        #: requests whose load a worker reported failed (the connector adapter's)
+        self.failed_loads: set[str] = set()
         self.refused: OrderedDict[Any, None] = OrderedDict()
 
     def resident(self) -> tuple[int, int]:
@@ -107,8 +107,8 @@ class OffloadingInstrumentation(Instrumentation):
 def _store_prepared(inst: OffloadingInstrumentation, state: None, output: Any,
                     keys: Collection[Any], req_context: Any) -> None:
     if output is None:  # refused before anything was inserted: absent keys were refused
-        get = inst.target._policy.get
-        inst.offload.drop(inst.refuse(k for k in keys if get(k) is None))
+        lookup = inst.target.lookup  # vLLM's own answer, no side effect (a MISS: absent)
+        inst.offload.drop(inst.refuse(k for k in keys if lookup(k, req_context).name == "MISS"))
         return
     if output.keys_to_store:
         inst.tier.allocate(len(output.keys_to_store))
@@ -161,8 +161,8 @@ def _load_completed(inst: OffloadingInstrumentation, evictable: int, result: Non
     loads = inst.load_jobs
     if loads is not None:
         failed = inst.failed_loads
-        if failed and tuple(keys) in failed:
-            failed.discard(tuple(keys))
+        if failed and req_context.req_id in failed:
+            failed.discard(req_context.req_id)
             loads.fail(len(keys))
         else:
             loads.transfer(len(keys), 0)
@@ -250,7 +250,7 @@ SPEC = AdapterSpec(COMPONENT, ("CPUOffloadingManager",), (
     Hook("release_deferred_write", ("chunk_ids",), "free", before=_writes_pending,
          after=_deferred_released, optional=True),
 ), state=("_num_chunks", "_num_allocated_chunks", "_free_list", "_num_evictable_cache_chunks",
-          "_num_write_pending_chunks", "_policy.get"))
+          "_num_write_pending_chunks", "lookup"))
 
 
 def instrument_offloading_manager(manager: Any, rec: Recorder, *, block_tokens: int,
