@@ -1,5 +1,9 @@
 """Wire a recorder to every sink: ``/metrics``, OTLP push, NVML, the summary log.
 
+:func:`start_telemetry` (``kvobs.start_telemetry``) is the front door: the logging
+choice and the capacity event, then :meth:`Telemetry.start`, where every entry point
+(the engine plugins, ``kvobs demo``) ends.
+
 Example:
     >>> import structlog
     >>> from kvobs.recorder import Recorder
@@ -17,7 +21,10 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
+from kvobs.capacity import CapacityPlan
+from kvobs.logs import configure_logging, get_logger
 from kvobs.recorder import Recorder
+from kvobs.telemetry.logs import log_capacity as emit_capacity
 from kvobs.telemetry.nvml import nvml_source
 from kvobs.telemetry.otel import OtelBridge
 from kvobs.telemetry.otlp import otlp_reader
@@ -132,3 +139,47 @@ class Telemetry:
             self.bridge.shutdown()
         if self.server is not None:
             self.server.close()
+
+def start_telemetry(
+    recorder: Recorder,
+    *,
+    logs: str | None = None,
+    log_capacity: bool = True,
+    request_tokens: int = 8192,
+    logger: Any = None,
+    **options: Any,
+) -> Telemetry:
+    """Start exporting ``recorder``: ``/metrics``, OTLP, the capacity and summary logs.
+
+    Every telemetry setting not passed comes from its ``KVOBS_*`` / ``OTEL_*`` variable,
+    else its default (:mod:`kvobs.telemetry.settings`); a variable that does not parse is
+    a ConfigError naming it.
+
+    Args:
+        recorder: the :class:`Recorder` the engine (or its adapter) counts into.
+        logs: None (default) logs through the host's standard ``logging`` under the
+            ``kvobs`` logger and configures nothing; ``"auto"`` (JSON off a terminal,
+            console on one), ``"json"`` or ``"console"`` configures structlog
+            process-wide to print kvobs's events (scripts that own their process).
+        log_capacity: log the ``kv_cache_capacity`` event of the recorder's tiers now.
+        request_tokens: request length the capacity log interprets capacity for.
+        logger: logger for kvobs's events (default ``kvobs.logs.get_logger()``).
+        **options: passed on to :meth:`Telemetry.start`: ``metrics_addr`` (``HOST:PORT``;
+            port 0: any free port, ``telemetry.metrics_url`` says which; None serves
+            nothing), ``otlp_endpoint``, ``otlp_interval_s``, ``summary_interval_s``,
+            ``min_interval_s``, ``port_attempts``, ``nvml``, ``web_config_file``.
+
+    Returns:
+        The running :class:`Telemetry`; call ``close()`` at shutdown.
+
+    Raises:
+        ConfigError: an address, option or variable is invalid, the port is taken, or a
+            telemetry package (OpenTelemetry, prometheus-client, structlog) is outside the
+            range kvobs declares (the line names it, the version found and the fix).
+    """
+    if logs is not None:
+        configure_logging(logs)
+    logger = logger if logger is not None else get_logger("kvobs")
+    if log_capacity and recorder.tier_names:
+        emit_capacity(CapacityPlan.from_recorder(recorder, request_tokens=request_tokens), logger)
+    return Telemetry.start(recorder, logger, **options)

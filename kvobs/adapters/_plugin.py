@@ -100,7 +100,7 @@ def start_telemetry(rec: Recorder, logger: Any, port_offset: int, *,
     """
     from dataclasses import replace
 
-    from kvobs import start_telemetry as start
+    from kvobs.exporter import start_telemetry as start
     from kvobs.logs import use_host_handlers
     from kvobs.telemetry.address import shift_port
 
