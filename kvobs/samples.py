@@ -22,12 +22,9 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kvobs.catalog import DURATION_BUCKETS_S, RESIDENCY_BUCKETS_S
-
-if TYPE_CHECKING:
-    from kvobs.recorder import Recorder
 
 DURATION = "kvobs_transfer_duration_seconds"
 RESIDENCY = "kvobs_block_residency_seconds"
@@ -41,6 +38,44 @@ BUCKETS: dict[str, tuple[float, ...]] = {
 Labels = dict[str, str]
 #: Told each drained batch: ``(metric name, labels, samples)``.
 Subscriber = Callable[[str, Labels, Sequence[float]], None]
+
+
+class DurationBuffer(Protocol):
+    """A transfer direction's buffered durations (:class:`~kvobs.recorder.LinkRecorder`)."""
+
+    @property
+    def src(self) -> str: ...
+    @property
+    def dst(self) -> str: ...
+    def drain_durations(self) -> list[float]: ...
+
+
+class ResidencyBuffer(Protocol):
+    """A tier's buffered samples (:class:`~kvobs.residency.ResidencyTracker`):
+    ``drain() -> (residency seconds, reuse gap seconds)``."""
+
+    @property
+    def drain(self) -> Callable[[], tuple[list[float], list[float]]]: ...
+
+
+class TierBuffers(Protocol):
+    """A tier whose residency may be sampled (:class:`~kvobs.recorder.TierRecorder`)."""
+
+    @property
+    def residency(self) -> ResidencyBuffer | None: ...
+
+
+class SampleSource(Protocol):
+    """What the histograms drain and count their subscribers' failures in: a
+    :class:`~kvobs.recorder.Recorder` (named by its shape, so that this module, which the
+    recorder imports, imports nothing of it)."""
+
+    @property
+    def links(self) -> Sequence[DurationBuffer]: ...
+    @property
+    def tier_names(self) -> Sequence[str]: ...
+    def tier(self, name: str) -> TierBuffers: ...
+    def error(self, component: str, exc: BaseException | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -86,7 +121,7 @@ class _Series:
 class SampleHistograms:
     """The histograms of one recorder's sample buffers, drained at collection time."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: SampleSource) -> None:
         self._recorder = recorder
         self._series: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
         self._subscribers: list[Subscriber] = []
