@@ -21,7 +21,9 @@ The prefill cost per token comes from one of three sources, exported as
   about +-20%. A poorer fit (a loaded machine, steps too alike to tell prefill from the
   rest) falls back to the configured cost, or to none: never a silently wild figure;
 * ``modelled``: a simulation that knows its own cost (``kvobs demo``);
-* ``configured``: a figure the operator passes (``KVOBS_PREFILL_SECONDS_PER_TOKEN``).
+* ``configured``: a figure the operator passes (``KVOBS_PREFILL_SECONDS_PER_TOKEN``, read
+  with the other telemetry settings, :mod:`kvobs.telemetry.settings`, and set here by
+  :meth:`kvobs.exporter.Telemetry.start`; this module reads no environment).
 
 Until one is known (``source="none"``) nothing is counted as saved: a guess would be a
 figure that disagrees with the engine.
@@ -40,8 +42,6 @@ from __future__ import annotations
 import threading
 
 from kvobs.errors import ConfigError
-from kvobs.logs import get_logger
-from kvobs.telemetry.settings import read_env, seconds
 
 SOURCES: tuple[str, ...] = ("none", "configured", "modelled", "measured")
 _FORGET = 0.999
@@ -51,22 +51,11 @@ MAX_RELATIVE_ERROR = 0.10
 _SOLVE_EVERY = 16  # observations between two solves of the normal equations
 
 
-ENV_VAR = "KVOBS_PREFILL_SECONDS_PER_TOKEN"
-_log = get_logger("kvobs")
-
-
-def _ignored(variable: str, value: str, reason: str, default: object) -> None:
-    """An invalid ``KVOBS_PREFILL_SECONDS_PER_TOKEN`` is said and ignored (the cost is then
-    unknown until measured), as every setting inside an engine is."""
-    _log.warning("kvobs_setting_ignored", variable=variable, value=value, error=reason,
-                 using="none")
-
-
 class PrefillCost:
     """Seconds of prefill compute per prompt token, and where the figure comes from.
 
-    Starts from ``KVOBS_PREFILL_SECONDS_PER_TOKEN`` when it is set (``configured``; an
-    invalid value is logged and ignored, OpenTelemetry-style), else unknown.
+    Starts unknown; :meth:`set` gives it a configured or modelled figure (telemetry's
+    start sets ``KVOBS_PREFILL_SECONDS_PER_TOKEN``'s), :meth:`observe_step` measures one.
     """
 
     def __init__(self) -> None:
@@ -75,10 +64,6 @@ class PrefillCost:
         #: Relative standard error of the last fit (inf until a fit was made).
         self.relative_error = float("inf")
         self._fallback = (0.0, "none")  # what a poor fit falls back to
-        configured = read_env(ENV_VAR, seconds("pass seconds, e.g. 2.5e-5"), None,
-                              on_invalid=_ignored)
-        if configured is not None:
-            self.set(configured)
         self._lock = threading.Lock()
         # Normal equations of the fit over x = (1, prefill, decode), with forgetting.
         self._xtx = [[0.0] * 3 for _ in range(3)]

@@ -83,7 +83,9 @@ class Telemetry:
             min_interval_s: one collection serves every scrape of this many seconds
                 (:mod:`kvobs.telemetry.coalesce`); 0 collects for every scrape.
             settings: every setting at once (read by a plugin); the arguments above are
-                then ignored.
+                then ignored. Its ``prefill_seconds_per_token``
+                (``KVOBS_PREFILL_SECONDS_PER_TOKEN``) becomes the recorder's configured
+                prefill cost where it has none yet (:class:`~kvobs.benefit.PrefillCost`).
 
         Raises:
             ConfigError: an invalid value or variable (named), or a port that is taken.
@@ -95,6 +97,9 @@ class Telemetry:
                 otlp_interval_s=otlp_interval_s, summary_interval_s=summary_interval_s,
                 port_attempts=port_attempts, nvml=nvml, web_config_file=web_config_file,
                 metrics_min_interval_s=min_interval_s)
+        configured = settings.prefill_seconds_per_token
+        if configured is not None and recorder.prefill_cost.source == "none":
+            recorder.prefill_cost.set(configured)  # a cost the recorder was given stays
         readers: list[MetricReader] = list(extra_readers)
         endpoint = settings.otlp_endpoint
         if endpoint:

@@ -11,23 +11,25 @@ the environment variable, then the default. Every variable is parsed by one func
   engine's log naming the variable, what was ignored and what is used). A typo in a pod
   spec never disables kvobs, nor goes unsaid.
 
-=============================  ===============================  =======================
-setting                        variable                         default
-=============================  ===============================  =======================
-``metrics_addr``               ``KVOBS_METRICS_ADDR``           ``127.0.0.1:9464``
+=============================  ===================================  =======================
+setting                        variable                             default
+=============================  ===================================  =======================
+``metrics_addr``               ``KVOBS_METRICS_ADDR``               ``127.0.0.1:9464``
                                (empty: no ``/metrics``)
-``metrics_min_interval_s``     ``KVOBS_METRICS_MIN_INTERVAL_S`` 0.25 (0: every scrape
-                                                                collects)
-``web_config_file``            ``KVOBS_WEB_CONFIG_FILE``        none (plain HTTP)
-``otlp_endpoint``              ``KVOBS_OTLP_ENDPOINT``, then    none (no push)
+``metrics_min_interval_s``     ``KVOBS_METRICS_MIN_INTERVAL_S``     0.25 (0: every scrape
+                                                                    collects)
+``web_config_file``            ``KVOBS_WEB_CONFIG_FILE``            none (plain HTTP)
+``otlp_endpoint``              ``KVOBS_OTLP_ENDPOINT``, then        none (no push)
                                ``OTEL_EXPORTER_OTLP_ENDPOINT``
-``otlp_interval_s``            ``OTEL_METRIC_EXPORT_INTERVAL``  10
+``otlp_interval_s``            ``OTEL_METRIC_EXPORT_INTERVAL``      10
                                (milliseconds)
-``summary_interval_s``         ``KVOBS_SUMMARY_INTERVAL_S``     60 (0: off)
-``log_format``                 ``KVOBS_LOG_FORMAT``             none (the host's)
-``trace_out``                  ``KVOBS_TRACE_OUT``              none
-``trace_max_bytes``            ``KVOBS_TRACE_MAX_BYTES``        256 MiB
-=============================  ===============================  =======================
+``summary_interval_s``         ``KVOBS_SUMMARY_INTERVAL_S``         60 (0: off)
+``log_format``                 ``KVOBS_LOG_FORMAT``                 none (the host's)
+``trace_out``                  ``KVOBS_TRACE_OUT``                  none
+``trace_max_bytes``            ``KVOBS_TRACE_MAX_BYTES``            256 MiB
+``prefill_seconds_per_token``  ``KVOBS_PREFILL_SECONDS_PER_TOKEN``  none (unknown until
+                                                                    measured)
+=============================  ===================================  =======================
 
 Example:
     >>> env = {"KVOBS_METRICS_ADDR": "0.0.0.0:9500", "KVOBS_SUMMARY_INTERVAL_S": "6O"}
@@ -182,6 +184,8 @@ class TelemetrySettings:
         log_format: how kvobs renders its own events; None leaves the host's as it is.
         trace_out: file the prefix lookups' block hashes are traced to (``kvobs whatif``).
         trace_max_bytes: the trace file stops growing at this size.
+        prefill_seconds_per_token: a configured prefill cost per prompt token
+            (:class:`~kvobs.benefit.PrefillCost`; the recorder's, where it has none yet).
         nvml: read GPU memory and PCIe facts from NVML where available.
     """
 
@@ -195,6 +199,7 @@ class TelemetrySettings:
     log_format: str | None = None
     trace_out: str | None = None
     trace_max_bytes: int = 256 << 20
+    prefill_seconds_per_token: float | None = None
     nvml: bool = True
 
     @classmethod
@@ -241,6 +246,9 @@ class TelemetrySettings:
             trace_out=read("trace_out", "KVOBS_TRACE_OUT", _text, None),
             trace_max_bytes=read("trace_max_bytes", "KVOBS_TRACE_MAX_BYTES", positive_int,
                                  base.trace_max_bytes),
+            prefill_seconds_per_token=read(
+                "prefill_seconds_per_token", "KVOBS_PREFILL_SECONDS_PER_TOKEN",
+                seconds("pass seconds, e.g. 2.5e-5"), None),
             port_attempts=given.get("port_attempts", base.port_attempts),
             nvml=given.get("nvml", base.nvml),
         )

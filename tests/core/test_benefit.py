@@ -29,7 +29,7 @@ def test_the_fit_recovers_the_prefill_cost_from_noisy_steps_with_a_constant_deco
     assert cost.seconds_per_token == pytest.approx(3e-5, rel=0.05)
 
 
-def test_a_fit_too_noisy_to_trust_is_not_used_and_says_how_poor_it_is(monkeypatch):
+def test_a_fit_too_noisy_to_trust_is_not_used_and_says_how_poor_it_is():
     """Steps on a loaded machine: the prefill tokens explain little of the step time.
     The cost falls back to the configured one (or none), with the fit's error exported."""
     rng = random.Random(5)
@@ -44,8 +44,8 @@ def test_a_fit_too_noisy_to_trust_is_not_used_and_says_how_poor_it_is(monkeypatc
     loaded_steps(unknown)
     assert unknown.source == "none" and unknown.seconds_per_token == 0.0
     assert 0.1 < unknown.relative_error < float("inf")
-    monkeypatch.setenv("KVOBS_PREFILL_SECONDS_PER_TOKEN", "2.5e-5")
     configured = PrefillCost()
+    configured.set(2.5e-5)  # KVOBS_PREFILL_SECONDS_PER_TOKEN's, as telemetry's start sets it
     loaded_steps(configured)
     assert (configured.source, configured.seconds_per_token) == ("configured", 2.5e-5)
     rec = Recorder()

@@ -27,6 +27,7 @@ BAD = [
     ("KVOBS_SUMMARY_INTERVAL_S", "6O", "is not a number"),
     ("KVOBS_LOG_FORMAT", "xml", "is not a log format"),
     ("KVOBS_TRACE_MAX_BYTES", "1GB", "is not a whole number > 0"),
+    ("KVOBS_PREFILL_SECONDS_PER_TOKEN", "25us", "is not a number"),
 ]
 
 
@@ -71,6 +72,22 @@ def test_start_telemetry_names_a_bad_variable(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("KVOBS_SUMMARY_INTERVAL_S", "6O")
     with pytest.raises(ConfigError, match="KVOBS_SUMMARY_INTERVAL_S='6O'"):
         kvobs.start_telemetry(Recorder(), metrics_addr="127.0.0.1:0", nvml=False)
+
+
+def test_a_configured_prefill_cost_reaches_the_recorder_at_telemetry_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The recorder (core) reads no environment: the variable is a telemetry setting, and
+    # the one start path hands it to the recorder's PrefillCost, unless it has a cost.
+    monkeypatch.setenv("KVOBS_PREFILL_SECONDS_PER_TOKEN", "2.5e-5")
+    unknown, modelled = Recorder(), Recorder()
+    assert unknown.prefill_cost.source == "none"  # nothing read at construction
+    modelled.prefill_cost.set(1e-5, "modelled")
+    for rec in (unknown, modelled):
+        kvobs.start_telemetry(rec, metrics_addr=None, summary_interval_s=0, nvml=False).close()
+    assert (unknown.prefill_cost.source, unknown.prefill_cost.seconds_per_token) == \
+        ("configured", 2.5e-5)
+    assert (modelled.prefill_cost.source, modelled.prefill_cost.seconds_per_token) == \
+        ("modelled", 1e-5)
 
 
 def test_plugin_a_typo_never_disables_kvobs(monkeypatch: pytest.MonkeyPatch) -> None:
