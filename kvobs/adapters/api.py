@@ -10,8 +10,12 @@ restores the object exactly). :func:`guarded` turns a reader you call yourself i
 whose failure is counted instead of raised; :func:`warn_once` logs a warning once per
 process; :class:`AdapterError` is an object that cannot be instrumented; :func:`attr_path` is a
 ``before`` that only reads an attribute, with no Python frame where the C extension is
-built. Check an
-adapter with :mod:`kvobs.testing`.
+built. For an engine method whose result must be wrapped rather than read (a generator
+stepped layer by layer), :func:`begin` checks and marks the object as :func:`instrument`
+does and leaves the installing to the adapter (:meth:`Instrumentation.install`);
+:data:`MARKER` is the attribute holding an object's instrumentation, and
+:func:`class_names` the class names an adapter matches without importing the engine.
+Every shipped adapter imports from here only. Check an adapter with :mod:`kvobs.testing`.
 
 Example:
     >>> from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, instrument
@@ -30,11 +34,14 @@ Example:
 """
 
 from kvobs.adapters._hooks import (
+    MARKER,
     AdapterError,
     AdapterSpec,
     Hook,
     Instrumentation,
     attr_path,
+    begin,
+    class_names,
     guarded,
     instrument,
     signature_problems,
@@ -44,6 +51,7 @@ from kvobs.events import EVENTS, LinkEvents, TierEvents
 
 __all__ = [
     "EVENTS",
+    "MARKER",
     "AdapterError",
     "AdapterSpec",
     "Hook",
@@ -51,6 +59,8 @@ __all__ = [
     "LinkEvents",
     "TierEvents",
     "attr_path",
+    "begin",
+    "class_names",
     "guarded",
     "instrument",
     "signature_problems",

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, guarded, instrument
+from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, guarded, instrument
 from kvobs.errors import ConfigError
 from kvobs.recorder import Recorder, TierRecorder
 

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kvobs.adapters._hooks import (
+from kvobs.adapters.api import (
     MARKER,
     AdapterError,
     AdapterSpec,

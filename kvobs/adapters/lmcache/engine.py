@@ -54,7 +54,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kvobs.adapters._hooks import (
+from kvobs.adapters.api import (
     MARKER,
     AdapterError,
     AdapterSpec,

@@ -20,8 +20,8 @@ scheduler process (one recorder per scheduler / TP rank), before the first reque
   anchor pool), backups (gpu->host) and load-backs (host->gpu) with their bytes summed
   over the group's pools, refused backups (drops) and, on a GPU, SGLang's device times.
 
-Each is a declarative :class:`~kvobs.adapters._hooks.AdapterSpec` table installed by
-:func:`~kvobs.adapters._hooks.instrument` on the instances (never the classes);
+Each is a declarative :class:`~kvobs.adapters.api.AdapterSpec` table installed by
+:func:`~kvobs.adapters.api.instrument` on the instances (never the classes);
 ``unwrap()`` restores them. A version whose methods differ instruments nothing and logs
 one ``kvobs_adapter_unsupported_version`` warning naming what is missing; a failure in
 kvobs during an engine call is counted (``kvobs_instrumentation_errors_total``) and the

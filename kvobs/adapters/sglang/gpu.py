@@ -84,7 +84,7 @@ from array import array
 from collections.abc import Hashable
 from typing import Any
 
-from kvobs.adapters._hooks import (
+from kvobs.adapters.api import (
     MARKER,
     AdapterError,
     AdapterSpec,

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvobs.adapters._hooks import (
+from kvobs.adapters.api import (
     MARKER,
     AdapterError,
     AdapterSpec,

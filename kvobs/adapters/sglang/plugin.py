@@ -52,7 +52,7 @@ import threading
 from typing import Any
 
 from kvobs.adapters import _plugin
-from kvobs.adapters._hooks import AdapterError, Instrumentation
+from kvobs.adapters.api import AdapterError, Instrumentation
 from kvobs.adapters.sglang.gpu import instrument_token_allocator
 from kvobs.adapters.sglang.host import instrument_cache_controller
 from kvobs.logs import get_logger

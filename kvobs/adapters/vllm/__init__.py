@@ -1,6 +1,6 @@
 """vLLM 0.33 adapters: the GPU tier, prefix lookups, the CPU offloading tier, transfers.
 
-Each function wraps one engine object through an :class:`~kvobs.adapters._hooks.AdapterSpec`
+Each function wraps one engine object through an :class:`~kvobs.adapters.api.AdapterSpec`
 table; :func:`instrument_scheduler` wraps all of them that a vLLM ``Scheduler`` holds
 (the ``BlockPool``, the ``KVCacheManager``'s lookups and, with the offloading connector,
 its ``CPUOffloadingManager`` and the transfers its scheduler side completes): what the

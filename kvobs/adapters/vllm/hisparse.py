@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
 
-from kvobs.adapters._hooks import (
+from kvobs.adapters.api import (
     AdapterSpec,
     Hook,
     Instrumentation,

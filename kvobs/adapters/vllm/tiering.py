@@ -64,7 +64,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument, warn_once
+from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, instrument, warn_once
 from kvobs.adapters.vllm.lookups import TierHits
 from kvobs.recorder import LinkRecorder, Recorder, TierRecorder
 from kvobs.tiers import DISK, HOST
