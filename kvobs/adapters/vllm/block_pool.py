@@ -49,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from types import MemberDescriptorType
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.kernels._ext import native
 from kvobs.recorder import Recorder, TierRecorder
 from kvobs.tiers import GPU

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.adapters.vllm.lookups import ExternalHits
 from kvobs.recorder import LinkRecorder, Recorder
 from kvobs.tiers import DISK, GPU, HOST

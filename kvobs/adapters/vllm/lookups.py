@@ -60,7 +60,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from kvobs.adapters._hooks import (
+from kvobs.adapters.api import (
     AdapterSpec,
     Hook,
     Instrumentation,

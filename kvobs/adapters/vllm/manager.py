@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterError, Instrumentation, class_names, warn_once
+from kvobs.adapters.api import AdapterError, Instrumentation, class_names, warn_once
 from kvobs.adapters.vllm.block_pool import instrument_block_pool
 from kvobs.adapters.vllm.capacity import (
     gpu_tier_capacity,

@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, attr_path, instrument
+from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, attr_path, instrument
 from kvobs.adapters.vllm.lookups import HostHits
 from kvobs.events import NULL_LINK, LinkEvents
 from kvobs.recorder import Recorder, TierRecorder

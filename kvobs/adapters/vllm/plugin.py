@@ -88,7 +88,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvobs.adapters import _plugin, gate
-from kvobs.adapters._hooks import Instrumentation
+from kvobs.adapters.api import Instrumentation
 from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_scheduler
 from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker

@@ -41,7 +41,7 @@ from itertools import cycle
 from time import perf_counter
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, attr_path, instrument
+from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, attr_path, instrument
 from kvobs.recorder import Recorder
 
 COMPONENT = "vllm.scheduler_steps"

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from kvobs.adapters._hooks import AdapterSpec, Hook, Instrumentation, instrument
+from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, instrument
 from kvobs.recorder import LinkRecorder, Recorder
 from kvobs.tiers import GPU, HOST
 
