@@ -61,6 +61,7 @@ import os
 import shutil
 import time
 from collections.abc import Hashable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,14 +284,13 @@ def instrument_tiering(manager: Any, rec: Recorder, *, block_tokens: int,
     result.manager = instrument(manager, MANAGER_SPEC, make_manager)
     if not result.manager.active:
         return result
-    try:
+    with ExitStack() as undo:             # a tier that cannot be wrapped: none stays wrapped
+        undo.callback(result.unwrap)
         for secondary in manager.secondary_tiers:
             name = _unique(secondary_tier_name(secondary), result.tiers)
             result.tiers[name] = _instrument_secondary(secondary, rec, name, block_tokens,
                                                        host_tier)
-    except Exception:
-        result.unwrap()
-        raise
+        undo.pop_all()
     return result
 
 
