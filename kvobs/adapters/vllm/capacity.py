@@ -77,16 +77,17 @@ def request_blocks(vllm_config: Any, kv_cache_config: Any) -> tuple[int, int]:
     """Blocks one request of ``max_model_len`` needs, ``(gpu, host)``, as vLLM's own
     maximum-concurrency figure counts them: per KV cache group, the group's maximum
     memory per request over its page size, summed over the groups of each pool
-    (host-resident groups draw from the HiSparse host pool). ``(0, 0)`` when vLLM's
-    specs cannot say."""
+    (host-resident groups draw from the HiSparse host pool).
+
+    Raises:
+        Exception: whatever a spec kvobs cannot read raises; the caller reads it through
+            :func:`~kvobs.adapters.api.guarded`, which counts it, and the capacity log
+            then goes by tokens.
+    """
     gpu = host = 0
     for group in getattr(kv_cache_config, "kv_cache_groups", ()):
         spec = group.kv_cache_spec
-        try:
-            needed = -(-int(spec.max_memory_usage_bytes(vllm_config)) //
-                       int(spec.page_size_bytes))
-        except Exception:  # a spec kvobs cannot read: no engine figure, tokens are used
-            return 0, 0
+        needed = -(-int(spec.max_memory_usage_bytes(vllm_config)) // int(spec.page_size_bytes))
         if getattr(group, "host_resident", False):
             host += needed
         else:

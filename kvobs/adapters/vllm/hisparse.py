@@ -60,6 +60,7 @@ from kvobs.adapters.api import (
     Hook,
     Instrumentation,
     class_names,
+    guarded,
     instrument,
     warn_once,
 )
@@ -250,6 +251,18 @@ def hisparse_coordinator(scheduler: Any) -> Any:
     return getattr(side, "coordinator", None)
 
 
+@guarded(COMPONENT)
+def _request_blocks(pool: Instrumentation, vllm_config: Any, config: Any) -> None:
+    """Give the host pool's tier (``pool``'s) and the GPU tier the blocks one request
+    needs in each, as vLLM counts them (:func:`~kvobs.adapters.vllm.capacity.request_blocks`).
+    A spec kvobs cannot read is counted under ``vllm.hisparse`` and leaves both 0: the
+    capacity log then goes by tokens."""
+    gpu, host = request_blocks(vllm_config, config)
+    pool.tier.request_blocks = host
+    if GPU in pool.rec.tier_names:
+        pool.rec.tier(GPU).request_blocks = gpu
+
+
 def instrument_hisparse(scheduler: Any, rec: Recorder,
                         lookups: LookupInstrumentation | None = None) -> list[Instrumentation]:
     """Instrument the HiSparse host pool, page transfers and hot-buffer counts of a vLLM
@@ -277,7 +290,6 @@ def instrument_hisparse(scheduler: Any, rec: Recorder,
     config = scheduler.kv_cache_manager.kv_cache_config
     vllm_config = getattr(scheduler, "vllm_config", None)
     host = hisparse_host_capacity(config)
-    gpu_request, host_request = request_blocks(vllm_config, config)
     tp = int(getattr(getattr(vllm_config, "parallel_config", None),
                      "tensor_parallel_size", 1) or 1)
     shared = bool(getattr(config, "hisparse_shared_host_pool", False))
@@ -289,11 +301,10 @@ def instrument_hisparse(scheduler: Any, rec: Recorder,
         undo.callback(unwrap_all)
         pool = instrument_block_pool(coordinator.get_host_block_pool(), rec, tier=HOST,
                                      block_tokens=host.block_tokens,
-                                     block_bytes=host.block_bytes, role=PRIMARY,
-                                     request_blocks=host_request)
+                                     block_bytes=host.block_bytes, role=PRIMARY)
         parts.append(pool)
-        if pool.active and GPU in rec.tier_names:
-            rec.tier(GPU).request_blocks = gpu_request
+        if pool.active:
+            _request_blocks(pool, vllm_config, config)
 
         def make(active: bool) -> CoordinatorInstrumentation:
             return CoordinatorInstrumentation(coordinator, rec, active,

@@ -202,6 +202,29 @@ def test_a_hisparse_kvobs_cannot_read_leaves_the_gpu_tier_instrumented(tmp_path)
     assert "host" in rec.tier_names  # the pool is read, only the transfers are not
 
 
+def test_a_request_size_kvobs_cannot_read_is_counted_and_the_log_goes_by_tokens(tmp_path):
+    scheduler = build_hisparse_scheduler(tmp_path, gpu_blocks=150, host_blocks=29)
+    spec = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec
+
+    def unreadable(vllm_config: Any) -> int:  # a vLLM whose spec sizes requests otherwise
+        raise TypeError("max_memory_usage_bytes() takes a different argument")
+
+    object.__setattr__(spec, "max_memory_usage_bytes", unreadable)  # a frozen dataclass
+    rec = Recorder(engine="vllm", model="dsv32")
+    with capture_logs() as logs:
+        inst = instrument_scheduler(scheduler, rec)
+    assert inst.part("vllm.hisparse").active  # the host pool and its transfers are counted
+    assert rec.snapshot().errors == {"vllm.hisparse": 1}
+    assert any(e["event"] == "instrumentation_error" and e["component"] == "vllm.hisparse"
+               for e in logs)
+    host, gpu = rec.tier("host"), rec.tier("gpu")
+    assert (host.request_blocks, gpu.request_blocks) == (0, 0)
+    plan = CapacityPlan.from_recorder(rec, request_tokens=MAX_MODEL_LEN)
+    pages = MAX_MODEL_LEN // BLOCK  # by tokens: a request of max_model_len fills its pages
+    assert plan.max_concurrency == pytest.approx(min(host.capacity_blocks,
+                                                     gpu.capacity_blocks) / pages)
+
+
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
