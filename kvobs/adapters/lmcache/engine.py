@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from kvobs.adapters.api import (
@@ -61,6 +62,7 @@ from kvobs.adapters.api import (
     Hook,
     Instrumentation,
     begin,
+    guarded,
     instrument,
     warn_once,
 )
@@ -215,12 +217,14 @@ class LMCacheEngineInstrumentation(Instrumentation):
         if dropped > 0:
             self.offload.drop(dropped)
 
+    @guarded(COMPONENT)
     def count_layer_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
                           mask: Any, request_configs: Any) -> None:
         """Count, on the gpu->host link, the objects of the chunks a layerwise
         ``store_layer`` did not store; called after its first step (where LMCache
         allocates every chunk's layers) when the backend's refusal counter (``refusals``
-        before it) moved.
+        before it) moved. A failure here is counted under ``lmcache.engine`` and the
+        store goes on (:func:`~kvobs.adapters.api.guarded`).
 
         LMCache walks the call's chunks in order, skips those it holds already, allocates
         the layers of each other one and stops at the first allocation refused: the
@@ -260,10 +264,11 @@ def _looking_up(inst: LMCacheEngineInstrumentation, tokens: Any = None, hashes: 
     return len(tokens) if tokens is not None else sum(offsets)
 
 
-def _looked_up(inst: LMCacheEngineInstrumentation, tokens: int | None, hit: int,
-               token_ids: Any = None, hashes: Any = None, offsets: Any = None,
+def _looked_up(inst: LMCacheEngineInstrumentation, counted: int | None, hit: int,
+               tokens: Any = None, hashes: Any = None, offsets: Any = None,
                *args: Any, **kwargs: Any) -> None:
-    if tokens is None:
+    # the engine's arguments keep their names: LMCache's lookup client passes them by keyword
+    if counted is None:
         return
     backend = inst.backend
     host, keys = hit, None
@@ -276,11 +281,11 @@ def _looked_up(inst: LMCacheEngineInstrumentation, tokens: int | None, hit: int,
             # first miss: its chunks are LMCache's chunking of the same arguments
             configs = kwargs.get("request_configs", args[3] if len(args) > 3 else None)
             probed = [key for start, end, key in inst.target.token_database.process_tokens(
-                tokens=token_ids, hashes=hashes, offsets=offsets, request_configs=configs)
+                tokens=tokens, hashes=hashes, offsets=offsets, request_configs=configs)
                 if end > start]
         if probed is not None and backend.keyed:
             keys = backend.looked_up(probed)
-    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host, keys=keys)
+    inst.rec.lookup(counted, host_hit=host, disk_hit=hit - host, keys=keys)
 
 
 def _storing(inst: LMCacheEngineInstrumentation, tokens: Any = None, hashes: Any = None,
@@ -340,6 +345,15 @@ class _LinkInstrumentation(Instrumentation):
         self.offload = rec.link(GPU, tier_name)
         self.onload = rec.link(tier_name, GPU)
         self.engine = engine              # the connector's engine: its copies tell drops
+
+    @guarded(CONNECTOR_COMPONENT)
+    def layers_copied_for(self, engine: LMCacheEngineInstrumentation,
+                          backend: LMCacheInstrumentation, starts: Any) -> None:
+        """A layerwise ``batched_from_gpu`` while an allocation refusal is outstanding:
+        tell ``engine`` the start of the last chunk it copies (which chunks its
+        ``store_layer`` stored). A failure is counted under ``lmcache.gpu_connector`` and
+        the copy goes on."""
+        engine.copy_seen(backend, max(starts, default=-1))
 
 
 def _chunks(memory_objs: Any) -> tuple[int, int]:
@@ -418,7 +432,8 @@ class LayerCopies(_EngineSteps):
     first layer: LMCache allocates every layer of a chunk in one shape), no seconds
     (LMCache times no layerwise copy). Every other use of the generator (its
     values, ``throw``, ``close``, ``StopIteration``) is the engine's, unchanged; a
-    failure while counting is counted under ``lmcache.gpu_connector``.
+    failure while counting is counted under ``lmcache.gpu_connector``
+    (:func:`~kvobs.adapters.api.guarded`, in ``rec``) and the copy goes on.
 
     Example:
         >>> from kvobs.recorder import Recorder
@@ -435,11 +450,12 @@ class LayerCopies(_EngineSteps):
         (4, 256, 0.0)
     """
 
-    __slots__ = ("_done", "_inst", "_layer_bytes", "_out")
+    __slots__ = ("_done", "_inst", "_layer_bytes", "_out", "rec")
 
     def __init__(self, copies: Any, inst: _LinkInstrumentation, out: Any = None) -> None:
         super().__init__(copies)
         self._inst = inst
+        self.rec = inst.rec      # where a failure while counting is counted
         self._out = out          # out: the layer-major lists; in: None (sent per layer)
         self._done = 0           # out: steps returned
         self._layer_bytes = -1   # one layer's bytes, once read
@@ -447,12 +463,10 @@ class LayerCopies(_EngineSteps):
     def send(self, value: Any) -> Any:
         """Step the engine's generator with ``value``; count the layer the step copied."""
         result = self._steps.send(value)
-        try:
-            self._copied(value)
-        except Exception as exc:          # the copy went on; kvobs's count did not
-            self._inst.error(CONNECTOR_COMPONENT, exc)
+        self._copied(value)
         return result
 
+    @guarded(CONNECTOR_COMPONENT)
     def _copied(self, sent: Any) -> None:
         out = self._out
         if out is None:
@@ -491,10 +505,7 @@ class _StoreLayerSteps(_EngineSteps):
         refusals = backend.refusals
         result = self._steps.send(value)
         if backend.refusals != refusals:  # rare: nothing more read on a step otherwise
-            try:
-                self._inst.count_layer_drops(backend, refusals, *call)
-            except Exception as exc:      # LMCache's store goes on; the count did not
-                self._inst.error(COMPONENT, exc)
+            self._inst.count_layer_drops(backend, refusals, *call)   # guarded: never raises
         return result
 
 
@@ -542,10 +553,7 @@ def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST,
         if engine is not None and engine.layer_drops:
             backend = engine.backend
             if backend is not None and backend.refused_in:   # a store cut short: which chunks
-                try:
-                    engine.copy_seen(backend, max(starts, default=-1))
-                except Exception as exc:
-                    inst.error(CONNECTOR_COMPONENT, exc)
+                inst.layers_copied_for(engine, backend, starts)
         return LayerCopies(copy_out(memory_objs, starts, ends, **kwargs), inst, memory_objs)
 
     def batched_to_gpu(starts: Any, ends: Any, **kwargs: Any) -> Any:
@@ -635,9 +643,8 @@ def instrument_lmcache_engine(engine: Any, rec: Recorder, *, tier: str = HOST,
                 monitor, MONITOR_COMPONENT, active, rec, tier)))
     for link in links:
         inst.on_unwrap(link.unwrap)
-    try:
+    with ExitStack() as undo:             # a backend that fails to attach: nothing stays wrapped
+        undo.callback(inst.unwrap)
         inst.attach_backend()
-    except Exception:
-        inst.unwrap()
-        raise
+        undo.pop_all()
     return inst
