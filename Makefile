@@ -43,6 +43,7 @@ test: deps
 
 lint: setup
 	$(BIN)/ruff check kvobs kernels dashboards tests benchmarks scripts
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/mypy dashboards
 	cd kernels && ../$(BIN)/mypy --strict --ignore-missing-imports --explicit-package-bases .
