@@ -50,11 +50,13 @@ class Run:
     failed: int = 0
     skipped: int = 0
     note: str = ""
+    failures: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         result = self.note or f"{self.passed} passed, {self.failed} failed, " \
                               f"{self.skipped} skipped"
-        return f"{self.package:<9} {self.release:<10} {result}"
+        return "\n    ".join((f"{self.package:<9} {self.release:<10} {result}",
+                               *self.failures))
 
 
 def newest(package: str) -> str | None:
@@ -89,8 +91,11 @@ def run_suite(package: str, release: str, venv: str) -> Run:
     assert node is not None
     counts = {k: int(node.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
     failed = counts["failures"] + counts["errors"]
+    names = tuple(f"failed: {case.get('classname')}::{case.get('name')}"
+                  for case in node.iter("testcase")
+                  if case.find("failure") is not None or case.find("error") is not None)
     return Run(package, release, counts["tests"] - failed - counts["skipped"], failed,
-               counts["skipped"])
+               counts["skipped"], failures=names)
 
 
 def canary(package: str, release: str | None) -> list[Run]:
