@@ -6,6 +6,7 @@ by skipping because a binary, an engine venv or a generated file went missing.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -15,6 +16,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS_BIN = REPO / ".tools" / "bin"
+#: Why a test that needs torch (``kvobs demo``, the reference pool, the copy loops) skipped.
+NO_TORCH = ("torch is not installed (kvobs demo, the reference pool and the copy loops move "
+            "bytes with it): `pip install torch`, or `make setup`")
 
 
 def missing(message: str) -> NoReturn:
@@ -33,3 +37,9 @@ def find_tool(name: str, installer: str) -> Path:
     if found:
         return Path(found)
     missing(f"{name} not found in {TOOLS_BIN} or PATH; run `bash {installer}`")
+
+
+def need_torch() -> None:
+    """Skip the test where torch cannot be imported, or fail it under CI."""
+    if importlib.util.find_spec("torch") is None:
+        missing(NO_TORCH)

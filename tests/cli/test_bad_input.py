@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvobs.cli import main
+from tests.required import need_torch
 
 UNWRITABLE_DIR = "/proc"  # even root cannot create files there
 CAPACITY = ["capacity", "--model", "llama-3-8b"]
@@ -113,6 +114,7 @@ def cases(tmp):
 
 
 def test_every_bad_flag_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    need_torch()  # two demo cases build its pool before they refuse
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith("KVOBS_")]:
         monkeypatch.delenv(key)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvobs.catalog import COMMON_LABELS, METRICS
+from tests.required import need_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWED_LABELS = {
@@ -88,5 +89,7 @@ CORE_MODULES = [
 
 @pytest.mark.parametrize("name", CORE_MODULES)
 def test_docstring_examples_run(name):
+    if name.startswith("kvobs.pool.") or name == "kvobs.testing":
+        need_torch()  # the reference pool (kvobs.testing's examples run it)
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
