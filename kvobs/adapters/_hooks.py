@@ -409,15 +409,21 @@ def _wrapper(inst: Instrumentation, hook: Hook, original: Callable[..., Any]) ->
     wrapper: Callable[..., Any]
     if inspect.iscoroutinefunction(original):
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            args, state = enter(args, kwargs)
+            state = None
+            if enter is not None:
+                args, state = enter(args, kwargs)
             result = await original(*args, **kwargs)
-            leave(state, result, args, kwargs)
+            if leave is not None:
+                leave(state, result, args, kwargs)
             return result
     else:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            args, state = enter(args, kwargs)
+            state = None
+            if enter is not None:
+                args, state = enter(args, kwargs)
             result = original(*args, **kwargs)
-            leave(state, result, args, kwargs)
+            if leave is not None:
+                leave(state, result, args, kwargs)
             return result
     functools.update_wrapper(wrapper, original, assigned=("__name__", "__qualname__",
                                                           "__doc__"), updated=())
@@ -432,16 +438,17 @@ Enter = Callable[[tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], Any]]
 Leave = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], None]
 
 
-def _readers(inst: Instrumentation, hook: Hook) -> tuple[Enter, Leave]:
+def _readers(inst: Instrumentation, hook: Hook) -> tuple[Enter | None, Leave | None]:
     """``enter(args, kwargs) -> (args, state)`` before the engine call and
-    ``leave(state, result, args, kwargs)`` after it returned. A reader that raises an
+    ``leave(state, result, args, kwargs)`` after it returned, each None where the hook
+    reads nothing there (a call then costs the wrapper alone). A reader that raises an
     ``Exception`` is counted under the component and the engine call goes on, as made;
     nothing is read after a gate that did not hold or a ``before`` that failed. After its
     first failure the hook retires (:meth:`Instrumentation.retire`): a reader that failed
     once on an engine's objects would fail on every call, and an engine step must not
     pay for that."""
-    when, before, error, component = hook.when, hook.before, inst.error, inst.component
-    after = _adder(inst, hook) if hook.count is not None else hook.after
+    when, before, after = hook.when, hook.before, hook.after
+    error, component = inst.error, inst.component
     relist = _reiterable(hook) if hook.reiterable else None
     live = True
 
@@ -473,25 +480,26 @@ def _readers(inst: Instrumentation, hook: Hook) -> tuple[Enter, Leave]:
             return args, _SKIP
 
     def leave(state: Any, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if after is not None and state is not _SKIP:
+        if state is not _SKIP and live:
             try:
-                after(inst, state, result, *args, **kwargs)
+                after(inst, state, result, *args, **kwargs)  # type: ignore[misc]  # not None
             except Exception as exc:
                 fail(exc)
 
-    return enter, leave
+    def add(state: Any, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``count=``: the named argument added to the tier's event."""
+        if live:
+            try:
+                event(args[index] if len(args) > index else kwargs[name])
+            except Exception as exc:
+                fail(exc)
 
-
-def _adder(inst: Instrumentation, hook: Hook) -> After:
-    """``count=``: an ``after`` adding the named argument to the tier's event."""
-    event = getattr(inst.tier, hook.means)
-    name: str = hook.count or ""
-    index = hook.params.index(name)
-
-    def add(inst: Instrumentation, state: Any, result: Any, *args: Any, **kwargs: Any) -> None:
-        event(args[index] if len(args) > index else kwargs[name])
-
-    return add
+    if hook.count is not None:
+        event, name = getattr(inst.tier, hook.means), hook.count
+        index = hook.params.index(name)
+        return None, add
+    reads_before = when is not None or relist is not None or before is not None
+    return (enter if reads_before else None), (leave if after is not None else None)
 
 
 def attr_path(path: str) -> Callable[..., Any]:
