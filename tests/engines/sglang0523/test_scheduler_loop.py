@@ -330,9 +330,10 @@ def test_a_kvobs_failure_is_counted_and_the_engine_goes_on(stand_ins, monkeypatc
     host_hit_workload(engine, Conformance(rec, truth=engine.truth, allow_errors=True,
                                           stores_match_transfers=False))
     snap = rec.snapshot()
-    # one failure per admission and per ready_to_load_host_cache (one per prefill batch)
-    assert snap.errors == {"sglang.radix_cache": len(engine.admitted),
-                           "sglang.cache_controller": engine.prefill_batches}
+    # one failure each: the first retires its hook (one kvobs_hook_disabled line), the
+    # later admissions and prefill batches run on SGLang's own methods
+    assert len(engine.admitted) > 1 and engine.prefill_batches > 1
+    assert snap.errors == {"sglang.radix_cache": 1, "sglang.cache_controller": 1}
     assert snap.lookups.lookups == 0 and snap.link("gpu", "host").blocks > 0
     for name in ("sglang:evicted_tokens_total", "sglang:load_back_tokens_total",
                  "sglang:hicache_backup_bytes_total"):
