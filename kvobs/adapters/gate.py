@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvobs.adapters import versions
-from kvobs.adapters._hooks import Instrumentation
+from kvobs.adapters.api import Instrumentation
 
 #: Each instrumentation component as the part of the engine a person knows it by.
 PARTS: dict[str, str] = {
