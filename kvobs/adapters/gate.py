@@ -1,7 +1,7 @@
 """What kvobs reads of an engine, said where a person looks: one line at enable, and
 two series at every scrape.
 
-Each part of an engine's instrumentation (an :class:`~kvobs.adapters._hooks.Instrumentation`)
+Each part of an engine's instrumentation (an :class:`~kvobs.adapters.api.Instrumentation`)
 checks the methods and fields it reads; where they differ it turns itself off with its
 reasons (``problems``), and a hook whose reader fails at run time retires
 (``retired``). :func:`log_instrumented` logs ``kvobs_instrumented``, naming the engine, its
@@ -10,7 +10,7 @@ on or off with the reason; :func:`info_source` exports ``kvobs_engine_info`` and
 ``kvobs_part_enabled`` (read at each collection, so a hook that retired later reads 0).
 
 Example:
-    >>> from kvobs.adapters._hooks import Instrumentation
+    >>> from kvobs.adapters.api import Instrumentation
     >>> steps = Instrumentation(object(), "vllm.scheduler_steps", active=False)
     >>> steps.problems = ["Scheduler.schedule is missing"]
     >>> [str(state) for state in part_states([steps])]
