@@ -7,43 +7,43 @@ from mutants import common as m
 ADAPTER = "kvobs/adapters/lmcache"
 BATCH_REUSE = ("inst.tier.reuse(len(objs), keys=[block_key(inst, key) for key in "
                "keys[: len(objs)]])")
+POPPED = 'inst.tier.evict(len(popped), "capacity", keys=popped)'
 SUITES = ((".venv-lmcache/bin/python", "tests/engines/lmcache056"),)
 
 
 def mutants() -> list[m.Mutant]:
     backend, engine = f"{ADAPTER}/backend.py", f"{ADAPTER}/engine.py"
-    lookup = "    inst.rec.lookup(tokens, host_hit=host, disk_hit=hit - host, keys=keys)"
+    lookup = "    inst.rec.lookup(counted, host_hit=host, disk_hit=hit - host, keys=keys)"
     return [
         # the host tier (LocalCPUBackend and its memory allocator)
         *m.recorder_call("host.allocate", backend,
                          "    if obj is not None:\n        inst.tier.allocate(1)", "1"),
         *m.recorder_call("host.allocate(batched)", backend, "inst.tier.allocate(len(objs))",
                          "len(objs)"),
-        *m.recorder_call("host.free(put)", backend,
-                         "inst.tier.free(1)                 # the writer's", "1"),
         *m.recorder_call("host.store", backend, "inst.tier.store(1, keys=(block,))", "1"),
         *m.recorder_call("host.reuse", backend, "inst.tier.reuse(1, keys=(block_key(inst, key),))",
                          "1"),
-        *m.recorder_call("host.free(read)", backend, "inst.tier.free(1, cached=True)", "1"),
         *m.recorder_call("host.reuse(batched)", backend, BATCH_REUSE, "len(objs)"),
-        *m.recorder_call("host.free(batched read)", backend,
-                         "inst.tier.free(len(objs), cached=True)", "len(objs)"),
         *m.recorder_call("host.evict(remove)", backend,
                          "inst.tier.evict(1, reason, keys=(block_key(inst, key),))", "1"),
         *m.recorder_call("host.allocate(evicted while read)", backend,
                          "memory stays in use\n        inst.tier.allocate(1)",
                          "1"),
-        *m.recorder_call("host.evict(popped)", backend,
-                         'owner.tier.evict(1, "capacity", keys=(block,))', "1"),
-        *m.keys_argument("host.evict(popped)", backend,
-                         'owner.tier.evict(1, "capacity", keys=(block,))', "(block,)"),
-        *m.recorder_call("host.free(dropped)", backend, "    owner.tier.free(1)\n", "1"),
+        *m.recorder_call("host.evict(popped)", backend, POPPED, "len(popped)"),
+        *m.keys_argument("host.evict(popped)", backend, POPPED, "popped"),
+        # the frees, derived at collection from LMCache's live memory objects: those back
+        # to the cache (a read chunk stays cached) and those out of use
+        *m.recorder_call("host.free(cached)", backend,
+                         "tier.free(reuses - tier.frees_to_cache, cached=True)",
+                         "reuses - tier.frees_to_cache"),
+        *m.recorder_call("host.free(emptied)", backend,
+                         "tier.free(to_free - tier.frees_to_free)", "to_free - tier.frees_to_free"),
         *m.counter_add("host.found", backend, "inst.found += int(hits)", "int(hits)"),
         # the reuse profile: chunks stored with no lookup (the answers), written
         *m.recorder_call("reuse.written", backend, "inst.rec.written((key.chunk_hash,))",
                          "(key.chunk_hash,)"),
         # lookups (LMCacheEngine.lookup)
-        *m.recorder_call("lookup.tokens", engine, lookup, "tokens"),
+        *m.recorder_call("lookup.tokens", engine, lookup, "counted"),
         *m.keyword("lookup.host_hit", engine, lookup, "host_hit", "host"),
         *m.keyword("lookup.disk_hit", engine, lookup, "disk_hit", "hit - host"),
         *m.lookup_count(engine, lookup),

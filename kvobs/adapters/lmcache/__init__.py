@@ -61,17 +61,20 @@ stats monitor                      seconds: LMCache's ``from_gpu_time`` /
 ``on_retrieve_finished``           kvobs measures none)
 backend ``allocate`` (not None)    ``allocate(1)``; ``batched_allocate``: ``allocate(n)``
 backend ``allocate`` -> None       nothing on the tier; noted (per thread) for ``store``
-backend ``submit_put_task``        ``free(1)`` + ``store(1, keys)``: the written chunk
-new key                            lands in the cache (in use -> cached); a known key:
-                                   nothing (LMCache keeps the old chunk; the new one is
-                                   freed when the writer drops it, below); a
+backend ``submit_put_task``        ``store(1, keys)``: the written chunk lands in the
+new key                            cache (in use -> cached; the free is derived, below);
+                                   a known key: nothing (LMCache keeps the old chunk;
+                                   the new one is freed when the writer drops it); a
                                    new chunk no recent lookup asked for (an
                                    answer's, ``save_decode_cache``) is also
                                    ``rec.written((chunk_hash,))``
-allocator ``free`` of a chunk      ``free(1)`` (in use -> free): the last reference to a
-not in the cache                   chunk that never landed (or outlived its eviction)
-backend ``get_blocking`` hit       ``reuse(1, keys)`` + ``free(1, cached=True)``: a host
-(``retrieve``)                     hit, an onload; the chunk stays cached while read.
+collection (no free is hooked)     frees, from LMCache's live memory objects:
+                                   ``free(cached=True)`` up to the reuses (a chunk
+                                   stays cached while read), ``free`` up to allocations
+                                   less in use (a written chunk landing, a duplicate or
+                                   an evicted chunk its last holder dropped)
+backend ``get_blocking`` hit       ``reuse(1, keys)``: a host hit, an onload; the chunk
+(``retrieve``)                     stays cached while read.
                                    ``batched_get_non_blocking``: per chunk
 backend ``batched_contains``       nothing counted: the chunks found, read by the
                                    engine's ``lookup`` hook (host / disk split)
@@ -80,8 +83,9 @@ backend ``remove`` that removed    ``evict(1, reason, keys)``: ``capacity`` insi
                                    otherwise, ``reset`` inside ``clear``; a chunk a
                                    reader still holds stays allocated: ``allocate(1)``,
                                    freed by the reader's last drop
-cached chunk freed directly        ``evict(1, "capacity")`` (``batched_allocate`` on a
-                                   ``MixedMemoryAllocator`` pops the hot cache itself)
+allocator ``batched_free`` of      ``evict(n, "capacity", keys)`` (``batched_allocate``
+cached chunks                      on a ``MixedMemoryAllocator`` pops the hot cache
+                                   itself)
 =================================  ====================================================
 
 Occupancy is read from the backend at collection (cached = its ``hot_cache``, in use =

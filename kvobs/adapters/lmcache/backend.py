@@ -19,9 +19,10 @@ stored by the connector's ``save_decode_cache``, or a ``store`` nobody looked up
 ``rec.written``, once: a duplicate put lands nothing, and a layerwise chunk, put as one
 object a layer, is written by its first layer's.
 
-So ``in_use == allocations + reuses - frees`` and ``cached == frees_to_cache + stores -
-reuses - evictions`` hold exactly, duplicate puts and reads included. Occupancy itself
-is read from the backend at collection (the two agree; ``kvobs.testing`` checks it).
+Occupancy is read from the backend at collection, and the frees with it (no free is
+hooked: :meth:`LMCacheInstrumentation.settle`). So ``in_use == allocations + reuses -
+frees`` and ``cached == frees_to_cache + stores - reuses - evictions`` hold exactly,
+duplicate puts and reads included (``kvobs.testing`` checks it).
 
 Example:
     >>> backend = LocalCPUBackend(config, memory_allocator=allocator)   # doctest: +SKIP
@@ -72,6 +73,9 @@ class LMCacheInstrumentation(Instrumentation):
             when it moved (:mod:`kvobs.adapters.lmcache.engine`).
         refused_in: per thread ident, the value of ``refusals`` that thread's latest
             refused allocation made (written on that rare path only).
+        cached_ids: the chunks this tier counts as cached, by id of the memory object:
+            their block keys (a chunk LMCache pops from its hot cache and frees itself,
+            ``batched_allocate``'s evictions, is told by its id).
     """
 
     def __init__(self, backend: Any, rec: Recorder | None, tier: TierRecorder,
@@ -81,9 +85,7 @@ class LMCacheInstrumentation(Instrumentation):
         self.found = 0
         self.probing: int | None = None
         self.removal_reason: str | None = None   # "reset" while ``clear`` runs
-        #: chunks this tier counts as cached: id of the memory object -> its block key
         self.cached_ids: dict[int, Any] = {}
-        self.removing: set[int] = set()           # chunks inside a ``remove`` call
         self.keyed = False
         self.layerwise = False                    # one block a layer of a chunk (the engine)
         self.probe_keys: Sequence[Any] | None = None
@@ -91,6 +93,7 @@ class LMCacheInstrumentation(Instrumentation):
         self._older: set[int] = set()             # ...and the generation before
         self.refusals = 0
         self.refused_in: dict[int, int] = {}
+        self._settle_lock = threading.Lock()
 
     def refused(self) -> None:
         """An allocation returned None: note it, and which thread it failed in (so a
@@ -128,11 +131,34 @@ class LMCacheInstrumentation(Instrumentation):
         """Whether a recent lookup asked for ``chunk_hash``."""
         return chunk_hash in self._recent or chunk_hash in self._older
 
+    def settle(self) -> tuple[int, int]:
+        """``(in_use, cached)`` chunks read from the backend, and the frees they imply.
+
+        No free is hooked: LMCache's own count of its live memory objects tells them.
+        A read chunk stays cached (``frees_to_cache`` = reuses), and every other way out
+        of "in use" is a free (``frees_to_free`` = allocations - in use: a written chunk
+        landing in the cache, a duplicate or an evicted chunk its last holder drops).
+        The tier's snapshot calls it (the resident source), from any thread. The
+        tallies are read before the backend, live objects before the hot cache: an event
+        the reading misses leaves a derived free low (the next one adds it), never high.
+        """
+        with self._settle_lock:       # two sinks collecting at once must not both add
+            tier = self.tier
+            allocations, reuses = tier.allocations, tier.reuses
+            in_use, cached = self.resident()
+            if reuses > tier.frees_to_cache:
+                tier.free(reuses - tier.frees_to_cache, cached=True)
+            to_free = allocations - in_use
+            if to_free > tier.frees_to_free:
+                tier.free(to_free - tier.frees_to_free)
+            return in_use, cached
+
     def resident(self) -> tuple[int, int]:
-        """``(in_use, cached)`` chunks, read from the backend."""
+        """``(in_use, cached)`` chunks, read from the backend (its live memory objects
+        first, then its hot cache)."""
         backend = self.target
-        cached = len(backend.hot_cache)
         live = getattr(_buffer_allocator(backend), "num_active_allocations", None)
+        cached = len(backend.hot_cache)
         in_use = max(int(live) - cached, 0) if isinstance(live, int) else 0
         return in_use, cached
 
@@ -182,17 +208,13 @@ def block_key(inst: LMCacheInstrumentation, key: Any) -> Any:
     return (key.chunk_hash, key.layer_id) if inst.layerwise else key.chunk_hash
 
 
-def _is_new(inst: LMCacheInstrumentation, key: Any, memory_obj: Any, *args: Any,
-            **kwargs: Any) -> bool:
-    return key not in inst.target.hot_cache
-
-
-def _put(inst: LMCacheInstrumentation, new: bool, result: Any, key: Any, memory_obj: Any,
+def _put(inst: LMCacheInstrumentation, state: None, result: Any, key: Any, memory_obj: Any,
          *args: Any, **kwargs: Any) -> None:
-    if new and inst.target.hot_cache.get(key) is memory_obj:
+    # landed: this chunk is the key's now (a known key keeps its own chunk); the writer's
+    # chunk leaving "in use" is a free the collection derives (LMCacheInstrumentation.settle)
+    if inst.target.hot_cache.get(key) is memory_obj:
         block = inst.cached_ids[id(memory_obj)] = block_key(inst, key)
-        inst.tier.free(1)                 # the writer's chunk leaves "in use"...
-        inst.tier.store(1, keys=(block,))   # ...and lands in the cache: an offload
+        inst.tier.store(1, keys=(block,))   # lands in the cache: an offload
         if inst.keyed and not (inst.layerwise and key.layer_id) and \
                 not inst.was_looked_up(key.chunk_hash):   # (a layerwise chunk: its first layer)
             inst.rec.written((key.chunk_hash,))   # no lookup asked for it: written
@@ -208,30 +230,22 @@ def _found(inst: LMCacheInstrumentation, state: None, hits: int, keys: Any,
 
 def _got(inst: LMCacheInstrumentation, state: None, obj: Any, key: Any) -> None:
     if obj is not None:
-        inst.tier.reuse(1, keys=(block_key(inst, key),))
-        inst.tier.free(1, cached=True)
+        inst.tier.reuse(1, keys=(block_key(inst, key),))   # stays cached: settle frees it
 
 
 def _batch_got(inst: LMCacheInstrumentation, state: None, objs: Any, lookup_id: str,
                keys: Any, *args: Any, **kwargs: Any) -> None:
     if objs:
         inst.tier.reuse(len(objs), keys=[block_key(inst, key) for key in keys[: len(objs)]])
-        inst.tier.free(len(objs), cached=True)
 
 
 def _removing(inst: LMCacheInstrumentation, key: Any, force: bool = True) -> Any:
-    obj = inst.target.hot_cache.get(key)
-    if obj is not None:
-        inst.removing.add(id(obj))
-    return obj
+    return inst.target.hot_cache.get(key)
 
 
 def _removed(inst: LMCacheInstrumentation, obj: Any, removed: bool, key: Any,
              force: bool = True) -> None:
-    if obj is None:
-        return
-    inst.removing.discard(id(obj))
-    if not removed:
+    if obj is None or not removed:
         return
     inst.cached_ids.pop(id(obj), None)
     reason = inst.removal_reason or ("explicit" if force else "capacity")
@@ -253,10 +267,10 @@ SPEC = AdapterSpec(COMPONENT, ("LocalCPUBackend",), (
          after=_allocated),
     Hook("batched_allocate", ("shapes", "dtypes", "batch_size"), "allocate",
          after=_batch_allocated),
-    Hook("submit_put_task", ("key", "memory_obj"), "free, store", before=_is_new, after=_put),
+    Hook("submit_put_task", ("key", "memory_obj"), "store", after=_put),
     Hook("batched_contains", ("keys", "pin"), "track", after=_found),
-    Hook("get_blocking", ("key",), "reuse, free", after=_got),
-    Hook("batched_get_non_blocking", ("lookup_id", "keys"), "reuse, free", after=_batch_got,
+    Hook("get_blocking", ("key",), "reuse", after=_got),
+    Hook("batched_get_non_blocking", ("lookup_id", "keys"), "reuse", after=_batch_got,
          reiterable=("keys",)),
     Hook("remove", ("key", "force"), "evict", before=_removing, after=_removed),
     Hook("clear", (), "track", before=_clearing, after=_cleared),
@@ -265,48 +279,19 @@ SPEC = AdapterSpec(COMPONENT, ("LocalCPUBackend",), (
 
 # --- readers of the memory allocator ------------------------------------------------
 
-def _freeing(inst: _AllocatorInstrumentation, memory_obj: Any, *args: Any,
-             **kwargs: Any) -> bool:
-    return bool(memory_obj.is_valid())
-
-
-def _freed(inst: _AllocatorInstrumentation, valid: bool, result: Any, memory_obj: Any,
-           *args: Any, **kwargs: Any) -> None:
-    if valid and not memory_obj.is_valid():
-        _account_free(inst.owner, memory_obj)
-
-
-def _batch_freeing(inst: _AllocatorInstrumentation, memory_objs: Any, *args: Any,
-                   **kwargs: Any) -> list[Any]:
-    return [obj for obj in memory_objs if obj.is_valid()]
-
-
-def _batch_freed(inst: _AllocatorInstrumentation, valid: list[Any], result: Any,
-                 memory_objs: Any, *args: Any, **kwargs: Any) -> None:
-    for obj in valid:
-        if not obj.is_valid():
-            _account_free(inst.owner, obj)
-
-
-_NOT_CACHED = object()
-
-
-def _account_free(owner: LMCacheInstrumentation, obj: Any) -> None:
-    """A chunk's memory went back to the buffer: say which state it left."""
-    ident = id(obj)
-    if ident in owner.removing:           # the eviction ``remove`` counts
-        return
-    block = owner.cached_ids.pop(ident, _NOT_CACHED)
-    if block is not _NOT_CACHED:          # popped from the hot cache by the engine itself
-        owner.tier.evict(1, "capacity", keys=(block,))   # (batched_allocate's evictions)
-        return
-    owner.tier.free(1)
+def _batch_freed(inst: _AllocatorInstrumentation, state: None, result: Any, memory_objs: Any,
+                 *args: Any, **kwargs: Any) -> None:
+    """Chunks LMCache popped from its hot cache and freed itself (``batched_allocate``'s
+    evictions): capacity evictions. Every other free is derived at collection."""
+    cached = inst.owner.cached_ids
+    popped = [cached.pop(id(obj)) for obj in memory_objs if id(obj) in cached]
+    if popped:
+        inst.tier.evict(len(popped), "capacity", keys=popped)
 
 
 ALLOCATOR_SPEC = AdapterSpec(ALLOCATOR_COMPONENT, ("MemoryAllocatorInterface",), (
-    Hook("free", ("memory_obj",), "free, evict", before=_freeing, after=_freed),
-    Hook("batched_free", ("memory_objs",), "free, evict", before=_batch_freeing,
-         after=_batch_freed, reiterable=("memory_objs",)),
+    Hook("batched_free", ("memory_objs",), "evict", after=_batch_freed,
+         reiterable=("memory_objs",)),
 ))
 
 
@@ -365,7 +350,7 @@ def instrument_local_cpu_backend(backend: Any, rec: Recorder, *, block_tokens: i
         inst.unwrap()                      # (instrument() logged what differs)
         return inst
     inst.on_unwrap(allocator_inst.unwrap)
-    inst.tier.set_resident_source(inst.resident)
+    inst.tier.set_resident_source(inst.settle)
     inst.on_unwrap(lambda: inst.tier.set_resident_source(None))
     return inst
 
