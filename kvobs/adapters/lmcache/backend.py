@@ -73,9 +73,12 @@ class LMCacheInstrumentation(Instrumentation):
             when it moved (:mod:`kvobs.adapters.lmcache.engine`).
         refused_in: per thread ident, the value of ``refusals`` that thread's latest
             refused allocation made (written on that rare path only).
-        cached_ids: the chunks this tier counts as cached, by id of the memory object:
-            their block keys (a chunk LMCache pops from its hot cache and frees itself,
-            ``batched_allocate``'s evictions, is told by its id).
+        cached_ids: while ``tracks_ids``, the chunks this tier counts as cached, by id
+            of the memory object: their block keys (a chunk LMCache pops from its hot
+            cache and frees itself, ``batched_allocate``'s evictions, is told by its id).
+            Kept from the backend's first ``batched_allocate`` on (a layerwise engine's,
+            from the start): LMCache 0.5.6 calls it only for a layerwise ``store_layer``,
+            and a backend that never pops pays nothing for it on its puts and removals.
     """
 
     def __init__(self, backend: Any, rec: Recorder | None, tier: TierRecorder,
@@ -85,6 +88,7 @@ class LMCacheInstrumentation(Instrumentation):
         self.found = 0
         self.probing: int | None = None
         self.removal_reason: str | None = None   # "reset" while ``clear`` runs
+        self.tracks_ids = False
         self.cached_ids: dict[int, Any] = {}
         self.keyed = False
         self.layerwise = False                    # one block a layer of a chunk (the engine)
@@ -126,6 +130,14 @@ class LMCacheInstrumentation(Instrumentation):
         if len(recent) > RECENT_KEYS:
             self._older, self._recent = recent, set()
         return hashes
+
+    def track_ids(self) -> None:
+        """Keep ``cached_ids`` from now on, starting with the chunks cached now (a put
+        or removal in another thread meanwhile adds or leaves an entry of its own)."""
+        self.tracks_ids = True
+        ids = self.cached_ids
+        for key, obj in list(self.target.hot_cache.items()):
+            ids.setdefault(id(obj), block_key(self, key))
 
     def was_looked_up(self, chunk_hash: int) -> bool:
         """Whether a recent lookup asked for ``chunk_hash``."""
@@ -181,6 +193,11 @@ def _allocated(inst: LMCacheInstrumentation, state: None, obj: Any, *args: Any,
         inst.refused()
 
 
+def _batch_allocating(inst: LMCacheInstrumentation, *args: Any, **kwargs: Any) -> None:
+    if not inst.tracks_ids:               # its evictions pop chunks told by their id
+        inst.track_ids()
+
+
 def _batch_allocated(inst: LMCacheInstrumentation, state: None, objs: Any, *args: Any,
                      **kwargs: Any) -> None:
     if objs:
@@ -213,7 +230,9 @@ def _put(inst: LMCacheInstrumentation, state: None, result: Any, key: Any, memor
     # landed: this chunk is the key's now (a known key keeps its own chunk); the writer's
     # chunk leaving "in use" is a free the collection derives (LMCacheInstrumentation.settle)
     if inst.target.hot_cache.get(key) is memory_obj:
-        block = inst.cached_ids[id(memory_obj)] = block_key(inst, key)
+        block = block_key(inst, key)
+        if inst.tracks_ids:
+            inst.cached_ids[id(memory_obj)] = block
         inst.tier.store(1, keys=(block,))   # lands in the cache: an offload
         if inst.keyed and not (inst.layerwise and key.layer_id) and \
                 not inst.was_looked_up(key.chunk_hash):   # (a layerwise chunk: its first layer)
@@ -240,17 +259,20 @@ def _batch_got(inst: LMCacheInstrumentation, state: None, objs: Any, lookup_id: 
 
 
 def _removing(inst: LMCacheInstrumentation, key: Any, force: bool = True) -> Any:
-    return inst.target.hot_cache.get(key)
+    # the chunk, where it may outlive its removal (LMCache evicts, force=False, only
+    # chunks nobody else holds) or is told by its id
+    return inst.target.hot_cache.get(key) if force or inst.tracks_ids else None
 
 
 def _removed(inst: LMCacheInstrumentation, obj: Any, removed: bool, key: Any,
              force: bool = True) -> None:
-    if obj is None or not removed:
+    if not removed:
         return
-    inst.cached_ids.pop(id(obj), None)
+    if obj is not None and inst.tracks_ids:
+        inst.cached_ids.pop(id(obj), None)
     reason = inst.removal_reason or ("explicit" if force else "capacity")
     inst.tier.evict(1, reason, keys=(block_key(inst, key),))
-    if obj.is_valid():                    # a reader still holds it: memory stays in use
+    if obj is not None and obj.is_valid():   # a reader still holds it: memory stays in use
         inst.tier.allocate(1)
 
 
@@ -266,7 +288,7 @@ SPEC = AdapterSpec(COMPONENT, ("LocalCPUBackend",), (
     Hook("allocate", ("shapes", "dtypes", "fmt", "eviction", "busy_loop"), "allocate",
          after=_allocated),
     Hook("batched_allocate", ("shapes", "dtypes", "batch_size"), "allocate",
-         after=_batch_allocated),
+         before=_batch_allocating, after=_batch_allocated),
     Hook("submit_put_task", ("key", "memory_obj"), "store", after=_put),
     Hook("batched_contains", ("keys", "pin"), "track", after=_found),
     Hook("get_blocking", ("key",), "reuse", after=_got),
@@ -283,7 +305,7 @@ def _batch_freed(inst: _AllocatorInstrumentation, state: None, result: Any, memo
                  *args: Any, **kwargs: Any) -> None:
     """Chunks LMCache popped from its hot cache and freed itself (``batched_allocate``'s
     evictions): capacity evictions. Every other free is derived at collection."""
-    cached = inst.owner.cached_ids
+    cached = inst.owner.cached_ids        # empty until the first batched_allocate
     popped = [cached.pop(id(obj)) for obj in memory_objs if id(obj) in cached]
     if popped:
         inst.tier.evict(len(popped), "capacity", keys=popped)
