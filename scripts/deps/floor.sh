@@ -21,7 +21,12 @@ echo "floor: building .venv-floor ($(echo "$requirements" | tr '\n' ' '))"
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q $requirements pytest 2> >(grep -v "^WARNING: Location" >&2)
+# kvobs's editable install builds its C extension into kernels/: one at a time (the engine
+# venvs' builds may run beside this one, scripts/install_deps.sh)
+exec {lock}<"$REPO/setup.py"
+flock "$lock"
 "$VENV/bin/python" -m pip install -q --no-deps -e "$REPO" 2> >(grep -v "^WARNING: Location" >&2)
+exec {lock}<&-
 "$VENV/bin/python" -c "import kvobs.exporter" >/dev/null
 echo "$stamp" >"$VENV/.kvobs-stamp"
 echo "floor: .venv-floor ready"

@@ -47,8 +47,10 @@ if has_version; then
 fi
 
 if ! command -v npm >/dev/null 2>&1; then
-    apt-get update -qq
-    apt-get install -y -qq npm >/dev/null
+    # shellcheck source=lib/debian.sh
+    source "$REPO/scripts/deps/lib/debian.sh"
+    system_apt_get update -qq
+    system_apt_get install -y -qq npm >/dev/null
 fi
 
 WORK="$(mktemp -d)"

@@ -25,7 +25,9 @@ cd "$WORK"
 # `apt-get download` runs unprivileged into the current directory; refresh the package
 # lists once only when the cached ones do not know the package.
 if ! apt-get download prometheus >/dev/null 2>&1; then
-    apt-get update -qq
+    # shellcheck source=lib/debian.sh
+    source "$REPO/scripts/deps/lib/debian.sh"
+    system_apt_get update -qq
     apt-get download prometheus
 fi
 dpkg-deb -x prometheus_*.deb unpacked

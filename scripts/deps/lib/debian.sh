@@ -6,6 +6,14 @@
 #                                          bookworm) into DIR, from the mirror the system
 #                                          already uses
 #   trixie_download DIR PACKAGE...         the same from Debian 13 (trixie)
+#   system_apt_get ARG...                  the system's apt-get (update, install), one at a
+#                                          time: scripts/install_deps.sh runs the deps
+#                                          scripts side by side, and apt refuses a second
+#                                          run at once
+
+system_apt_get() {
+    flock "${TMPDIR:-/tmp}/kvobs-deps-apt.lock" apt-get "$@"
+}
 
 trixie_download() {
     debian_download trixie "$@"
