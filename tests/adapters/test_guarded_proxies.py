@@ -1,10 +1,10 @@
 """What an adapter reads itself, outside a Hook (LMCache's layerwise generators, wrapped
-rather than read), goes through ``guarded``: a failure is counted under the component,
-logged, never raised, and the engine's generator goes on with its own values."""
+rather than read; the drops it reads in LMCache's store on a refused allocation), goes
+through ``guarded``: a failure is counted under the component, logged, never raised, and
+the engine's generator or call goes on with its own values."""
 
 from __future__ import annotations
 
-import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,42 +48,27 @@ def test_a_layer_kvobs_cannot_read_is_counted_and_the_copies_go_on() -> None:
     assert snap.link("host", "gpu").blocks == 2
 
 
-def test_store_layer_drops_kvobs_cannot_count_are_counted_and_the_store_goes_on() -> None:
-    rec = Recorder()
-    engine = SimpleNamespace()                     # no storage_manager: unreadable
-    inst = lmcache.LMCacheEngineInstrumentation(engine, rec, False, "host", None)
-    backend = inst.backend = SimpleNamespace(refusals=0, refused_in={})
+def test_drops_kvobs_cannot_count_are_counted_and_the_store_goes_on() -> None:
+    """An allocation refused inside the engine's ``store``: kvobs reads the call's
+    drops there (its backend's refusal hook calls ``count_drops``); an engine it cannot
+    read (no ``token_database`` here) is counted under ``lmcache.engine`` and the store
+    goes on."""
+    class LMCacheEngine:
+        config = SimpleNamespace(chunk_size=16)
+        use_layerwise, num_layers = False, 2
+        storage_manager = SimpleNamespace(allocator_backend="cpu")
 
-    def store_layer() -> Any:                      # its first step refuses an allocation
-        backend.refusals += 1
-        backend.refused_in[threading.get_ident()] = backend.refusals
-        yield "layer 0"
-        yield "layer 1"
+        def store(self, tokens: Any = None, hashes: Any = None, offsets: Any = None,
+                  mask: Any = None, **kwargs: Any) -> str:
+            memory_objs: list[Any] = []
+            inst.count_drops()                     # its allocate returned None here
+            return f"stored {len(memory_objs)}"
 
-    steps = lmcache._StoreLayerSteps(store_layer(), inst, ([1, 2, 3], None, None))
-    assert next(steps) == "layer 0"
-    assert next(steps) == "layer 1"
+    rec, engine = Recorder(), LMCacheEngine()
+    inst = lmcache.LMCacheEngineInstrumentation(engine, rec, True, "host", None)
+    inst.backend = SimpleNamespace(target="cpu")  # type: ignore[assignment]
+    with capture_logs() as logs:
+        assert engine.store([1, 2, 3]) == "stored 0"
     assert rec.snapshot().errors == {"lmcache.engine": 1}
-
-
-def test_a_copy_note_kvobs_cannot_make_is_counted_and_the_copy_goes_on() -> None:
-    class GPUConnectorInterface:
-        def batched_from_gpu(self, memory_objs: Any, starts: Any, ends: Any) -> Any:
-            yield from memory_objs
-
-        def batched_to_gpu(self, starts: Any, ends: Any) -> Any:
-            yield from copy_in()
-
-    def copy_seen(backend: Any, copied: int) -> None:
-        raise RuntimeError("kvobs's note broken")
-
-    engine = SimpleNamespace(layer_drops=True, copy_seen=copy_seen,
-                             backend=SimpleNamespace(refused_in={1: 1}))
-    rec, connector = Recorder(), GPUConnectorInterface()
-    inst = lmcache.instrument_layer_copies(connector, rec, engine=engine)
-    layers = [[Obj()], [Obj()]]
-    assert list(connector.batched_from_gpu(layers, [0], [16])) == layers
-    snap = rec.snapshot()
-    assert snap.errors == {"lmcache.gpu_connector": 1}
-    assert snap.link("gpu", "host").blocks == 2      # the layers copied still count
-    inst.unwrap()
+    assert [e["event"] for e in logs] == ["instrumentation_error"]
+    assert rec.snapshot().link("gpu", "host").drops == 0

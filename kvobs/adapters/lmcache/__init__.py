@@ -50,17 +50,18 @@ GPU connector                      gpu->host ``transfer(chunks, bytes)`` of the 
 ``batched_from_gpu`` (``store``)   copied (a chunk whose key is cached already is
                                    copied too, then dropped: it lands nothing)
 GPU connector ``batched_to_gpu``   host->gpu ``transfer(chunks, bytes)`` (``retrieve``)
-``LMCacheEngine.store`` during     gpu->host ``drop(n)``: n = the call's non-empty
-which an ``allocate`` of this      chunks (LMCache's ``token_database.process_tokens``
-thread returned None               of its arguments) less those its
-                                   ``batched_from_gpu`` copied (none when the first
-                                   allocation failed); a store that allocated every
-                                   chunk, or that LMCache skipped, drops nothing
+backend ``allocate`` -> None       gpu->host ``drop(n)``: n = the call's non-empty
+inside an ``LMCacheEngine.store``  chunks (LMCache's ``token_database.process_tokens``
+of this thread                     of its arguments) less those it allocated before
+                                   (its ``memory_objs``, read in the call; no hook on
+                                   ``store``); a store that allocated every chunk, or
+                                   that LMCache skipped, drops nothing
 stats monitor                      seconds: LMCache's ``from_gpu_time`` /
 ``on_store_finished`` /            ``to_gpu_time`` around those copies (its timing;
 ``on_retrieve_finished``           kvobs measures none)
 backend ``allocate`` (not None)    ``allocate(1)``; ``batched_allocate``: ``allocate(n)``
-backend ``allocate`` -> None       nothing on the tier; noted (per thread) for ``store``
+backend ``allocate`` -> None       nothing on the tier; noted (per thread) for a
+                                   ``store`` (above) or ``store_layer`` (below)
 backend ``submit_put_task``        ``store(1, keys)``: the written chunk lands in the
 new key                            cache (in use -> cached; the free is derived, below);
                                    a known key: nothing (LMCache keeps the old chunk;
@@ -96,11 +97,12 @@ kvobs failure inside any of these calls is counted
 call goes on; an LMCache version whose objects differ is left alone with one warning
 naming what is missing (a connector or backend of another kind likewise, the rest still
 counts). Store drops are counted where LMCache allocates in the ``LocalCPUBackend``
-kvobs instruments (not with ``enable_pd``, whose ``PDBackend`` allocates) and the GPU
-connector's copies are counted; a layerwise ``store_layer`` that finds no room counts
-the layer objects of every chunk from the refused one on that no backend holds (LMCache
-stops there and skips the chunks it holds; asked of its local backends only, so not with
-a remote one, which one warning says). Not covered: ``enable_async_loading`` (lookups go through
+kvobs instruments (not with ``enable_pd``, whose ``PDBackend`` allocates) and its
+``store`` / ``store_layer`` keep the locals kvobs reads there on a refusal (one warning
+where not); a layerwise ``store_layer`` that finds no room counts the layer objects of
+every chunk from the refused one on that no backend holds (LMCache stops there and skips
+the chunks it holds; asked of its local backends only, so not with a remote one, which
+one warning says). Not covered: ``enable_async_loading`` (lookups go through
 ``async_lookup_and_prefetch``, which LMCache's own lookup counters skip too). With
 ``use_layerwise`` LMCache keeps a chunk as ``num_layers`` memory objects, one per layer,
 under per-layer keys: allocated together (``batched_allocate``), put one layer per step of

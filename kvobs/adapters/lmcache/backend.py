@@ -34,7 +34,7 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvobs.adapters.api import (
@@ -73,6 +73,8 @@ class LMCacheInstrumentation(Instrumentation):
             when it moved (:mod:`kvobs.adapters.lmcache.engine`).
         refused_in: per thread ident, the value of ``refusals`` that thread's latest
             refused allocation made (written on that rare path only).
+        on_refused: called in the refused thread after a refusal is noted (the engine's
+            count of the chunks its ``store`` drops), or None.
         cached_ids: while ``tracks_ids``, the chunks this tier counts as cached, by id
             of the memory object: their block keys (a chunk LMCache pops from its hot
             cache and frees itself, ``batched_allocate``'s evictions, is told by its id).
@@ -97,6 +99,7 @@ class LMCacheInstrumentation(Instrumentation):
         self._older: set[int] = set()             # ...and the generation before
         self.refusals = 0
         self.refused_in: dict[int, int] = {}
+        self.on_refused: Callable[[], None] | None = None
         self._settle_lock = threading.Lock()
 
     def refused(self) -> None:
@@ -111,6 +114,8 @@ class LMCacheInstrumentation(Instrumentation):
         """
         self.refusals += 1
         self.refused_in[threading.get_ident()] = self.refusals
+        if self.on_refused is not None:
+            self.on_refused()
 
     def looked_up(self, keys: Sequence[Any]) -> list[int]:
         """The chunk hashes of a lookup's ``keys``, remembered as looked up (so their
@@ -189,7 +194,7 @@ def _allocated(inst: LMCacheInstrumentation, state: None, obj: Any, *args: Any,
                **kwargs: Any) -> None:
     if obj is not None:
         inst.tier.allocate(1)
-    else:                                 # no room: the engine's store counts the drops
+    else:                                 # no room: the engine's store drops the rest
         inst.refused()
 
 

@@ -23,36 +23,38 @@ lookup client), ``retrieve``, ``lookup_unpin``, ``store``, ``clear``. kvobs wrap
 * the stats monitor's ``on_store_finished`` / ``on_retrieve_finished``: their seconds are
   LMCache's own ``from_gpu_time`` / ``to_gpu_time`` (its timing around the connector
   call; kvobs times nothing itself);
-* the engine's ``store``: each chunk it drops is one ``drop`` on the gpu->host link.
-  LMCache allocates a store's chunks one by one in the ``LocalCPUBackend``; when one
-  allocation returns None (no free room and nothing evictable: chunks pinned or in use)
-  it stops there, and that chunk and every later one of the call are not stored (with
-  none allocated, it returns before copying anything). kvobs does not re-derive
-  LMCache's chunking: the backend's ``allocate`` hook notes a refusal (a counter and the
-  failing thread), the ``store`` hook compares that counter before and after the call
-  (the whole cost when nothing failed), and only when a refusal happened in the storing
-  thread during the call asks LMCache's own ``token_database.process_tokens`` (pure: it
-  only hashes) for the call's non-empty chunks, less those the call copied (its
-  ``batched_from_gpu``, seen by the connector hook in the same thread; none when the
-  first allocation failed). Stores LMCache skips (unhealthy, passive, frozen) allocate
-  nothing and count nothing; without an instrumented GPU connector nothing is counted
-  (the copied chunks would be unknown).
+* the chunks a ``store`` drops: one ``drop`` each on the gpu->host link, and no hook
+  on ``store`` itself. LMCache allocates a store's chunks one by one in the
+  ``LocalCPUBackend``; when one allocation returns None (no free room and nothing
+  evictable: chunks pinned or in use) it stops there, and that chunk and every later
+  one of the call are not stored (with none allocated, it returns before copying
+  anything). The backend's ``allocate`` hook sees the refusal; only then (a rare path)
+  kvobs looks for this engine's ``store`` among the calls of the refused thread
+  (:meth:`LMCacheEngineInstrumentation.count_drops`) and reads, in that call, its
+  arguments and the chunks it allocated so far (its ``memory_objs``): the dropped
+  chunks are the call's non-empty chunks, as LMCache's own
+  ``token_database.process_tokens`` (pure: it only hashes) makes them of the same
+  arguments, less those. A refusal outside a ``store`` (another thread's, a retrieve's)
+  drops nothing; stores LMCache skips (unhealthy, passive, frozen) allocate nothing and
+  count nothing. An LMCache whose ``store`` keeps other locals counts no drops (one
+  warning says so);
 
 With ``use_layerwise`` the copies and the stores are generators, stepped once per layer
 of the forward pass: the connector's two copy calls return :class:`LayerCopies` (a layer
-counted as its step returns, no seconds), and the engine's ``store_layer`` returns a
-:class:`_StoreLayerSteps`, whose first step (where LMCache allocates every chunk's layers
-with ``batched_allocate``) counts the drops
-(:meth:`LMCacheEngineInstrumentation.count_layer_drops`). The reuse profile then counts
-chunks, and its size is the host tier's chunks (its blocks over the layers).
+counted as its step returns, no seconds), and a ``store_layer`` whose first step (where
+LMCache allocates every chunk's layers with ``batched_allocate``) is refused room counts
+its drops as a ``store`` does (:meth:`LMCacheEngineInstrumentation.count_drops`). The
+reuse profile then counts chunks, and its size is the host tier's chunks (its blocks
+over the layers).
 """
 
 from __future__ import annotations
 
-import functools
+import inspect
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
+from types import CodeType, FrameType
 from typing import Any
 
 from kvobs.adapters.api import (
@@ -80,6 +82,11 @@ COMPONENT = "lmcache.engine"
 #: store's drops are counted only where every backend is one of these.
 LOCAL_BACKENDS = {"LocalCPUBackend", "LocalDiskBackend"}
 _NO_LAYER_DROPS = "; the chunks a store_layer finds no room for are not counted"
+#: The locals of LMCache's ``LMCacheEngine.store`` and ``store_layer`` that a refused
+#: allocation reads there (:meth:`LMCacheEngineInstrumentation.count_drops`).
+STORE_LOCALS = {"store": frozenset({"self", "tokens", "hashes", "offsets", "mask", "kwargs",
+                                    "memory_objs"}),
+                "store_layer": frozenset({"self", "tokens", "mask", "kwargs", "start"})}
 CONNECTOR_COMPONENT = "lmcache.gpu_connector"
 MONITOR_COMPONENT = "lmcache.stats_monitor"
 
@@ -93,15 +100,12 @@ class LMCacheEngineInstrumentation(Instrumentation):
         tier_name: the tier the backend counts as.
         capacity_blocks: the capacity passed on to the backend's tier (None: read it).
         offload: the gpu->host link, where a ``store``'s dropped chunks count.
-        copies_seen: the GPU connector's copies are counted (its hook fills ``copied``);
-            without them a store's drops cannot be told from its stored chunks.
-        copied: per thread ident, ``(copied, refusals)`` of that thread's latest
-            ``batched_from_gpu`` made while some thread's allocation refusal is
-            outstanding (``backend.refused_in`` not empty): what it copied (the chunks;
-            layerwise, the start of the last chunk) and the backend's refusal counter then
-            (:meth:`copy_seen`).
+        copies_seen: the GPU connector's copies are counted.
+        stores: the code of LMCacheEngine's ``store`` and ``store_layer`` beneath their
+            decorators, by code, where they keep the locals :meth:`count_drops` reads
+            (one missing: its drops are not counted, one warning says so).
         layer_drops: a layerwise ``store_layer`` that finds no room counts its drops
-            (its wrapper is in place, and every storage backend is local: kvobs asks them
+            (its code is readable, and every storage backend is local: kvobs asks them
             which chunks they hold).
     """
 
@@ -116,9 +120,8 @@ class LMCacheEngineInstrumentation(Instrumentation):
         self.keys_per_chunk = int(engine.num_layers) if active and engine.use_layerwise else 1
         self.offload: LinkEvents = rec.link(GPU, tier_name) if active else NULL_LINK
         self.copies_seen = False
-        self.copied: dict[int, tuple[int, int]] = {}
+        self.stores: dict[CodeType, str] = _store_codes(engine) if active else {}
         self.layer_drops = False
-        self.store_layer_wrapped = False  # _count_store_layer_drops installed
 
     def attach_backend(self) -> None:
         """Instrument the engine's ``LocalCPUBackend`` (once it exists)."""
@@ -141,17 +144,19 @@ class LMCacheEngineInstrumentation(Instrumentation):
             block_bytes=object_bytes(backend, backend.get_full_chunk_size_bytes()),
             capacity_blocks=self.capacity_blocks, tier=self.tier_name)
         if inst.active:                   # else one warning said why; hits count as host
+            if self.stores:
+                inst.on_refused = self.count_drops
             inst.keyed = bool(self.rec.profile_reuse)
             inst.layerwise = layers > 1
             if layers > 1:
-                self.layer_drops = self.store_layer_wrapped and \
-                    set(manager.storage_backends) <= LOCAL_BACKENDS
+                readable = "store_layer" in self.stores.values()
+                self.layer_drops = readable and set(manager.storage_backends) <= LOCAL_BACKENDS
                 if inst.keyed:            # its keys are chunks: a chunk is `layers` blocks
                     self.rec.start_reuse_profile(
                         capacity_blocks=max(inst.tier.capacity_blocks // layers, 1))
                 remote = "" if self.layer_drops else _NO_LAYER_DROPS + (
                     " (a storage backend other than LMCache's local CPU and disk ones)"
-                    if self.store_layer_wrapped else " (a GPU connector kvobs does not know)")
+                    if readable else " (a store_layer kvobs cannot read)")
                 tokens = (f"each holds {self.chunk_tokens // layers} tokens" if exact else
                           f"its capacity in tokens is left out ({self.chunk_tokens} tokens "
                           f"over {layers} layers is no whole number per block)")
@@ -172,82 +177,77 @@ class LMCacheEngineInstrumentation(Instrumentation):
             self.backend = inst
             self.on_unwrap(inst.unwrap)
 
-    def copy_seen(self, backend: LMCacheInstrumentation, copied: int) -> None:
-        """The GPU connector copied for a store while an allocation refusal is outstanding
-        (the connector hook tests that first): what it copied (a ``store``'s chunks; a
-        layerwise ``store_layer``'s last chunk start) is remembered if the refusal was in
-        this thread, with the backend's refusal counter now."""
-        ident = threading.get_ident()
-        if ident in backend.refused_in:
-            self.copied[ident] = (copied, backend.refusals)
-
-    def _cut_short(self, backend: LMCacheInstrumentation, refusals: int,
-                   nothing: int) -> int | None:
-        """After a store call during which the backend's refusal counter moved from
-        ``refusals``: what its connector copied in it (:meth:`copy_seen`; ``nothing``
-        where it copied nothing), or None where the call dropped nothing of this
-        backend's (the refusal was another thread's or an older one, or the store
-        allocates elsewhere: PD). Forgets this thread's notes either way."""
-        ident = threading.get_ident()
-        refused_at = backend.refused_in.pop(ident, 0)
-        copied, stamp = self.copied.pop(ident, (nothing, 0))
-        if refused_at <= refusals or getattr(self.target.storage_manager,
-                                             "allocator_backend", None) is not backend.target:
-            return None
-        return copied if stamp > refusals else nothing   # a copy before the call: not its
-
-    def count_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
-                    hashes: Any, offsets: Any, mask: Any, request_configs: Any) -> None:
-        """Count, on the gpu->host link, the chunks of a ``store`` call that LMCache did
-        not store; called after the call when the backend's refusal counter
-        (``refusals`` before it) moved.
-
-        The call dropped chunks only if an ``allocate`` in this thread was refused during
-        it (a later refusal than ``refusals``) and LMCache's allocations go to this
-        backend; then it stored the chunks its connector copied during it (a copy noted
-        after ``refusals``, else none) and dropped every other non-empty chunk LMCache's
-        ``process_tokens`` makes of the same arguments.
-        """
-        stored = self._cut_short(backend, refusals, 0)
-        if stored is None:
-            return
-        chunks = sum(1 for start, end, _key in self.target.token_database.process_tokens(
-            tokens, hashes, offsets, mask, request_configs=request_configs) if end > start)
-        dropped = chunks - stored
-        if dropped > 0:
-            self.offload.drop(dropped)
-
     @guarded(COMPONENT)
-    def count_layer_drops(self, backend: LMCacheInstrumentation, refusals: int, tokens: Any,
-                          mask: Any, request_configs: Any) -> None:
-        """Count, on the gpu->host link, the objects of the chunks a layerwise
-        ``store_layer`` did not store; called after its first step (where LMCache
-        allocates every chunk's layers) when the backend's refusal counter (``refusals``
-        before it) moved. A failure here is counted under ``lmcache.engine`` and the
-        store goes on (:func:`~kvobs.adapters.api.guarded`).
+    def count_drops(self) -> None:
+        """An allocation of the backend was refused in this thread (the backend's
+        ``allocate`` hook calls this then, a rare path): if it was this engine's ``store``
+        or ``store_layer`` allocating a chunk, count on the gpu->host link what that call
+        drops. A failure here is counted under ``lmcache.engine``, never raised.
 
-        LMCache walks the call's chunks in order, skips those it holds already, allocates
-        the layers of each other one and stops at the first allocation refused: the
-        chunks before that were stored or held, and every chunk from there on that no
-        backend holds is dropped (the refused one, and those LMCache never reached), each
-        ``num_layers`` objects. The chunks the call stores are not yet put when this
-        runs; they all start at or before the last one its connector copies. Exact but in
-        one case: a chunk the call skipped as held that LMCache evicted while making room
-        for the refused one (it evicts a whole chunk and retries, so only where objects
-        differ in size, a partial chunk, or another thread evicted it meanwhile) counts
-        as dropped.
+        The call is found among the thread's frames by its code and its engine (a refusal
+        outside one finds none and drops nothing) and read there as LMCache holds it:
+        its arguments and how far it got. Both stop at the refused chunk, and only where
+        LMCache allocates in this backend (not with ``enable_pd``, whose ``PDBackend``
+        does):
+
+        * ``store`` stores the chunks it allocated before (its ``memory_objs``); every
+          other non-empty chunk LMCache's ``process_tokens`` makes of its arguments is
+          dropped;
+        * ``store_layer`` allocates every layer of each chunk no backend holds, in order,
+          and skips the held ones: the refused chunk (its ``start``) and every later one
+          no backend holds are dropped, ``num_layers`` objects each. Exact but in one
+          case: a chunk skipped as held that LMCache evicted while making room for the
+          refused one (it evicts a whole chunk and retries, so only where objects differ
+          in size, a partial chunk, or another thread evicted it meanwhile) counts as
+          dropped.
         """
-        last = self._cut_short(backend, refusals, -1)
-        if last is None:
-            return
-        engine = self.target
-        layers, where = self.keys_per_chunk, engine.retrieve_locations
-        held = engine.storage_manager.contains
-        dropped = sum(1 for start, end, key in engine.token_database.process_tokens(
-            tokens=tokens, mask=mask, request_configs=request_configs)
-            if end > start and start > last and not held(key.split_layers(layers)[0], where))
-        if dropped:
-            self.offload.drop(dropped * layers)
+        stores, engine = self.stores, self.target
+        frame: FrameType | None = inspect.currentframe()
+        while frame is not None and not (frame.f_code in stores and
+                                         frame.f_locals.get("self") is engine):
+            frame = frame.f_back
+        backend = self.backend
+        if frame is None or backend is None or getattr(
+                engine.storage_manager, "allocator_backend", None) is not backend.target:
+            return                        # not a store of this engine's chunks here
+        call = frame.f_locals
+        configs = call["kwargs"].get("request_configs")
+        if stores[frame.f_code] == "store":
+            chunks = sum(1 for start, end, _key in engine.token_database.process_tokens(
+                call["tokens"], call["hashes"], call["offsets"], call["mask"],
+                request_configs=configs) if end > start)
+            stored = len(call["memory_objs"])
+            dropped = chunks - stored
+            if dropped > 0:
+                self.offload.drop(dropped)
+        elif self.layer_drops:
+            refused, layers = call["start"], self.keys_per_chunk
+            where, held = engine.retrieve_locations, engine.storage_manager.contains
+            dropped = sum(1 for start, end, key in engine.token_database.process_tokens(
+                tokens=call["tokens"], mask=call["mask"], request_configs=configs)
+                if end > start and start >= refused and
+                not held(key.split_layers(layers)[0], where))
+            if dropped:
+                self.offload.drop(dropped * layers)
+
+
+def _store_codes(engine: Any) -> dict[CodeType, str]:
+    """The code of the engine's ``store`` and ``store_layer`` beneath their decorators,
+    where each keeps the locals :meth:`LMCacheEngineInstrumentation.count_drops` reads
+    (:data:`STORE_LOCALS`); one missing is left out with one warning: the chunks it drops
+    are not counted."""
+    codes = {}
+    for name, names in STORE_LOCALS.items():
+        method = getattr(type(engine), name, None)
+        code = getattr(inspect.unwrap(method), "__code__", None) if callable(method) else None
+        if isinstance(code, CodeType) and set(code.co_varnames) >= names:
+            codes[code] = name
+            continue
+        warn_once(f"{COMPONENT}:{name}_locals:{type(engine).__qualname__}",
+                  "kvobs_adapter_partial", component=COMPONENT,
+                  missing=f"LMCacheEngine.{name}'s locals {sorted(names)}",
+                  action=f"the chunks a {name} drops are not counted; the rest is")
+    return codes
 
 
 # --- readers of the engine ------------------------------------------------------------
@@ -288,24 +288,6 @@ def _looked_up(inst: LMCacheEngineInstrumentation, counted: int | None, hit: int
     inst.rec.lookup(counted, host_hit=host, disk_hit=hit - host, keys=keys)
 
 
-def _storing(inst: LMCacheEngineInstrumentation, tokens: Any = None, hashes: Any = None,
-             offsets: Any = None, mask: Any = None, *args: Any, **kwargs: Any) -> int | None:
-    backend = inst.backend
-    if backend is None or not inst.copies_seen:
-        return None
-    return backend.refusals
-
-
-def _stored(inst: LMCacheEngineInstrumentation, refusals: int | None, result: Any,
-            tokens: Any = None, hashes: Any = None, offsets: Any = None, mask: Any = None,
-            *args: Any, **kwargs: Any) -> None:
-    backend = inst.backend
-    if refusals is None or backend is None or backend.refusals == refusals:
-        return                            # nothing refused: every chunk was stored
-    inst.count_drops(backend, refusals, tokens, hashes, offsets, mask,
-                     kwargs.get("request_configs"))
-
-
 def _optional(target: Any, spec: AdapterSpec,
               make: Callable[[], Instrumentation]) -> list[Instrumentation]:
     """``[make()]`` (which instruments ``target`` as ``spec`` says), or ``[]`` with one
@@ -328,8 +310,6 @@ SPEC = AdapterSpec(COMPONENT, ("LMCacheEngine",), (
     Hook("lookup", ("tokens", "hashes", "offsets"), "lookup", before=_looking_up,
          after=_looked_up),
     Hook("post_init", (), "track", after=_post_inited),
-    Hook("store", ("tokens", "hashes", "offsets", "mask"), "drop", before=_storing,
-         after=_stored),
 ), state=("config.chunk_size", "storage_manager", "gpu_connector", "stats_monitor",
           "use_layerwise", "num_layers", "is_healthy", "token_database"))
 
@@ -340,20 +320,10 @@ class _LinkInstrumentation(Instrumentation):
     """Wrappers whose events go to the engine's transfer links."""
 
     def __init__(self, target: Any, component: str, active: bool, rec: Recorder,
-                 tier_name: str, engine: LMCacheEngineInstrumentation | None = None) -> None:
+                 tier_name: str) -> None:
         super().__init__(target, component, active, rec)
         self.offload = rec.link(GPU, tier_name)
         self.onload = rec.link(tier_name, GPU)
-        self.engine = engine              # the connector's engine: its copies tell drops
-
-    @guarded(CONNECTOR_COMPONENT)
-    def layers_copied_for(self, engine: LMCacheEngineInstrumentation,
-                          backend: LMCacheInstrumentation, starts: Any) -> None:
-        """A layerwise ``batched_from_gpu`` while an allocation refusal is outstanding:
-        tell ``engine`` the start of the last chunk it copies (which chunks its
-        ``store_layer`` stored). A failure is counted under ``lmcache.gpu_connector`` and
-        the copy goes on."""
-        engine.copy_seen(backend, max(starts, default=-1))
 
 
 def _chunks(memory_objs: Any) -> tuple[int, int]:
@@ -369,11 +339,6 @@ def _copied_from_gpu(inst: _LinkInstrumentation, state: None, result: Any, memor
     chunks, nbytes = _chunks(memory_objs)
     if chunks:
         inst.offload.transfer(chunks, nbytes)
-    engine = inst.engine
-    if engine is not None:                # an allocation was refused: the store counts drops
-        backend = engine.backend
-        if backend is not None and backend.refused_in:
-            engine.copy_seen(backend, chunks)
 
 
 def _copied_to_gpu(inst: _LinkInstrumentation, state: None, result: Any,
@@ -484,46 +449,6 @@ class LayerCopies(_EngineSteps):
             link.transfer(chunks, nbytes)
 
 
-class _StoreLayerSteps(_EngineSteps):
-    """A layerwise ``store_layer``'s generator: its first step allocates every chunk's
-    layers (and copies the first); when an allocation was refused during it, the chunks
-    it dropped are counted (:meth:`LMCacheEngineInstrumentation.count_layer_drops`)."""
-
-    __slots__ = ("_call", "_inst")
-
-    def __init__(self, steps: Any, inst: LMCacheEngineInstrumentation,
-                 call: tuple[Any, Any, Any] | None) -> None:
-        super().__init__(steps)
-        self._inst = inst
-        self._call = call        # (tokens, mask, request_configs) until the first step
-
-    def send(self, value: Any) -> Any:
-        call, self._call = self._call, None
-        backend = self._inst.backend
-        if call is None or backend is None:
-            return self._steps.send(value)
-        refusals = backend.refusals
-        result = self._steps.send(value)
-        if backend.refusals != refusals:  # rare: nothing more read on a step otherwise
-            self._inst.count_layer_drops(backend, refusals, *call)   # guarded: never raises
-        return result
-
-
-def _count_store_layer_drops(inst: LMCacheEngineInstrumentation) -> None:
-    """Wrap the engine's ``store_layer`` so that its generator counts its drops."""
-    store_layer = inst.target.store_layer
-
-    def counted_store_layer(tokens: Any, mask: Any = None, **kwargs: Any) -> Any:
-        steps = store_layer(tokens, mask, **kwargs)
-        call = (tokens, mask, kwargs.get("request_configs")) if inst.layer_drops else None
-        return _StoreLayerSteps(steps, inst, call)
-
-    functools.update_wrapper(counted_store_layer, store_layer,
-                             assigned=("__name__", "__qualname__", "__doc__"), updated=())
-    inst.install("store_layer", counted_store_layer)
-    inst.store_layer_wrapped = True
-
-
 #: A layerwise connector: its two copy calls return generators (wrapped, not read).
 LAYERWISE_CONNECTOR_SPEC = AdapterSpec(CONNECTOR_COMPONENT, ("GPUConnectorInterface",), (
     Hook("batched_from_gpu", ("memory_objs", "starts", "ends"), "transfer"),
@@ -531,12 +456,9 @@ LAYERWISE_CONNECTOR_SPEC = AdapterSpec(CONNECTOR_COMPONENT, ("GPUConnectorInterf
 ))
 
 
-def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST,
-                            engine: LMCacheEngineInstrumentation | None = None
+def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST
                             ) -> _LinkInstrumentation:
-    """Count a layerwise GPU connector's copies layer by layer (:class:`LayerCopies`);
-    with ``engine`` (its engine's instrumentation), a copy made while an allocation
-    refusal is outstanding tells that engine which chunks its ``store_layer`` stored.
+    """Count a layerwise GPU connector's copies layer by layer (:class:`LayerCopies`).
 
     Raises:
         AdapterError: not a GPU connector, or already instrumented.
@@ -544,16 +466,12 @@ def instrument_layer_copies(connector: Any, rec: Recorder, tier: str = HOST,
     spec = LAYERWISE_CONNECTOR_SPEC
     inst = begin(connector, spec.kinds, spec.hooks, spec.component,
                  lambda active: _LinkInstrumentation(connector, spec.component, active, rec,
-                                                     tier, engine))
+                                                     tier))
     if not inst.active:
         return inst
     copy_out, copy_in = connector.batched_from_gpu, connector.batched_to_gpu
 
     def batched_from_gpu(memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> Any:
-        if engine is not None and engine.layer_drops:
-            backend = engine.backend
-            if backend is not None and backend.refused_in:   # a store cut short: which chunks
-                inst.layers_copied_for(engine, backend, starts)
         return LayerCopies(copy_out(memory_objs, starts, ends, **kwargs), inst, memory_objs)
 
     def batched_to_gpu(starts: Any, ends: Any, **kwargs: Any) -> Any:
@@ -628,13 +546,11 @@ def instrument_lmcache_engine(engine: Any, rec: Recorder, *, tier: str = HOST,
     connector = engine.gpu_connector
     if connector is not None and engine.use_layerwise:   # copies moved by generators
         links += _optional(connector, LAYERWISE_CONNECTOR_SPEC,
-                           lambda: instrument_layer_copies(connector, rec, tier, inst))
-        if links and links[0].active:     # its copies tell which chunks a store kept
-            _count_store_layer_drops(inst)
+                           lambda: instrument_layer_copies(connector, rec, tier))
     elif connector is not None:           # None in a scheduler-side engine
         links += _optional(connector, CONNECTOR_SPEC, lambda: instrument(
             connector, CONNECTOR_SPEC, lambda active: _LinkInstrumentation(
-                connector, CONNECTOR_COMPONENT, active, rec, tier, inst)))
+                connector, CONNECTOR_COMPONENT, active, rec, tier)))
         inst.copies_seen = bool(links) and links[0].active
     monitor = engine.stats_monitor         # one per process: with two engines, the
     if getattr(monitor, MARKER, None) is None:    # first one's links get the seconds

@@ -338,3 +338,56 @@ def test_layerwise_drops_equal_the_chunks_lmcache_did_not_store(layers_pressed):
     assert link.drops == 5 * LAYERS
     assert link.blocks == (2 + 2 + 3) * LAYERS      # the chunks it stored, every layer copied
     assert rec.snapshot().errors == {}
+
+
+def test_layerwise_drops_leave_out_the_chunks_lmcache_holds_past_the_refused_one(
+        layers_pressed):
+    """A ``store_layer`` refused room at its first chunk, whose second chunk LMCache still
+    holds (the first was evicted, least recently used; the second is pinned): LMCache
+    stops at the refused chunk and keeps the held one, so only the refused chunk is
+    dropped. The truth is LMCache's: the tokens its monitor registered and finished for
+    the call, less those of the call's chunks its storage manager says it holds."""
+    engine, rec = layers_pressed
+    monitor, manager = engine.stats_monitor, engine.storage_manager
+    backend = manager.local_cpu_backend
+    paged = torch.zeros(2, LAYERS, GPU_BLOCKS * CHUNK, HEADS, DIM, dtype=torch.float16)
+    kit = Conformance(rec)
+
+    def store(name: str, tokens: list[int]) -> None:
+        for _ in engine.store_layer(tokens, None, kvcaches=paged, sync=False,
+                                    slot_mapping=torch.arange(len(tokens)), req_id=name):
+            pass
+        kit.check(name)
+
+    def chunks(tokens: list[int]) -> list[tuple[int, int, list[Any]]]:
+        return [(start, end, key.split_layers(LAYERS))
+                for start, end, key in engine.token_database.process_tokens(tokens=tokens)]
+
+    def held(layer_keys: list[Any]) -> bool:
+        return manager.contains(layer_keys[0], engine.retrieve_locations) is not None
+
+    p, q, r = fresh(2 * CHUNK, 1000), fresh(2 * CHUNK, 2000), fresh(CHUNK, 3000)
+    store("p", p)
+    store("q", q)                                    # the buffer is full (4 chunks)
+    store("r", r)                                    # evicts p's first chunk, the oldest
+    (_, _, first), (_, _, second) = chunks(p)
+    assert not held(first) and held(second)
+    assert engine.lookup(tokens=q, lookup_id="pin-q", pin=True) == 2 * CHUNK
+    assert engine.lookup(tokens=r, lookup_id="pin-r", pin=True) == CHUNK
+    assert all(backend.pin(key) for key in second)   # nothing evictable is left
+
+    holds = sum(end - start for start, end, keys in chunks(p) if held(keys))
+    request_id, asked = monitor.store_request_id, monitor.interval_stored_tokens
+    before = rec.snapshot().link("gpu", "host").drops
+    store("again", p)
+    requested = monitor.interval_stored_tokens - asked
+    stored = monitor.store_requests[request_id].num_tokens
+    assert (requested, holds, stored) == (2 * CHUNK, CHUNK, 0)
+    lmcache_dropped = -(-(requested - holds - stored) // CHUNK)
+    assert rec.snapshot().link("gpu", "host").drops - before == lmcache_dropped * LAYERS \
+        == 1 * LAYERS
+    assert held(second)                              # LMCache kept it
+    for key in second:
+        backend.unpin(key)
+    engine.lookup_unpin("pin-q")
+    engine.lookup_unpin("pin-r")
