@@ -14,8 +14,18 @@ lookup client, ``retrieve`` / ``retrieve_layer``, ``store`` / ``store_layer``), 
 thread's CPU time, not the driver's stand-in model work. Prints the added microseconds
 per request (the median over rounds of the paired difference) and the ratio (median over
 rounds of instrumented / plain), with plain vs plain beside them. ``--layerwise``:
-LMCache's ``use_layerwise`` (kvobs's layer-copy and ``store_layer`` proxies on every
-layer step).
+LMCache's ``use_layerwise`` (kvobs's layer-copy proxies on every layer step).
+
+Where the added time goes:
+
+* ``--fourth bare`` runs a fourth engine in the same rounds, instrumented with every
+  hook's wrapper but no reader (the wrappers' floor; the layerwise copy proxies and
+  ``post_init``'s attach stay as they are); ``--fourth no-profile`` one instrumented
+  without the reuse profile;
+* ``--readers`` instead times each hook's readers in place, in one instrumented engine
+  (a ``perf_counter_ns`` shim around each, its own cost taken off): calls per request
+  and microseconds per call, the median call (a shim's wall-clock time takes in what
+  the machine does meanwhile; the median leaves that out).
 
 Run from the repository root with the LMCache venv (``bash scripts/deps/engines.sh
 lmcache``), as a module (it drives the LMCache test bed)::
@@ -28,13 +38,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
 import random
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from lmcache.observability import LMCStatsMonitor
@@ -48,6 +59,35 @@ from tests.engines.lmcache056.lmcache_objects import (
 )
 
 ARMS = ("plain", "kvobs", "control")
+#: What ``--fourth`` adds to the rounds, as its line names it.
+FOURTH = {"bare": "its wrappers alone (no reader)", "no-profile": "without the reuse profile"}
+
+
+@contextlib.contextmanager
+def readers_replaced(replace: Callable[[str, Any], Any]) -> Iterator[None]:
+    """While it lasts, the LMCache adapter's hook tables hold ``replace(name, reader)`` in
+    place of each before / after reader (``name``: ``"<method> before"``); ``post_init``'s
+    reader, which attaches the CPU backend, stays."""
+    from kvobs.adapters.lmcache import backend, engine
+
+    def replaced(hook: Any) -> Any:
+        if hook.method == "post_init":
+            return hook
+        return dataclasses.replace(
+            hook, before=hook.before and replace(f"{hook.method} before", hook.before),
+            after=hook.after and replace(f"{hook.method} after", hook.after))
+
+    tables = [(backend, "SPEC"), (backend, "ALLOCATOR_SPEC"), (engine, "SPEC"),
+              (engine, "CONNECTOR_SPEC"), (engine, "MONITOR_SPEC")]
+    saved = [getattr(module, name) for module, name in tables]
+    try:
+        for (module, name), table in zip(tables, saved, strict=True):
+            setattr(module, name, dataclasses.replace(
+                table, hooks=tuple(replaced(hook) for hook in table.hooks)))
+        yield
+    finally:
+        for (module, name), table in zip(tables, saved, strict=True):
+            setattr(module, name, table)
 
 
 class TimedDriver(ConnectorDriver):
@@ -101,29 +141,41 @@ def chat(seed: int) -> Iterator[tuple[list[int], list[int]]]:
         histories[c] += answer
 
 
+def build(arm: str, host_chunks: int, layerwise: bool, rec: Recorder) -> TimedDriver:
+    """One engine of the rounds, instrumented as ``arm`` says, with its connector driver."""
+    engine = build_engine(host_chunks=host_chunks, instance=f"bench-{arm}",
+                          layerwise=layerwise)
+    engine.stats_monitor = LMCStatsMonitor()         # not the process-wide one
+    if arm == "bare":
+        with readers_replaced(lambda name, reader: None):
+            instrument_lmcache_engine(engine, rec)
+    elif arm in ("kvobs", "no-profile"):
+        instrument_lmcache_engine(engine, rec)
+    engine.post_init()
+    return TimedDriver(engine, save_decode=True)
+
+
 def overhead(rounds: int, requests: int, host_chunks: int, layerwise: bool,
-             warmup: int) -> dict[str, Any]:
+             warmup: int, fourth: str | None = None) -> dict[str, Any]:
+    arms = (*ARMS, fourth) if fourth else ARMS
     drivers: dict[str, TimedDriver] = {}
     workloads: dict[str, Iterator[tuple[list[int], list[int]]]] = {}
     rec = Recorder(engine="lmcache", model="bench")
-    for arm in ARMS:
-        engine = build_engine(host_chunks=host_chunks, instance=f"bench-{arm}",
-                              layerwise=layerwise)
-        engine.stats_monitor = LMCStatsMonitor()     # not the process-wide one
-        if arm == "kvobs":
-            instrument_lmcache_engine(engine, rec)
-        engine.post_init()
-        drivers[arm] = TimedDriver(engine, save_decode=True)
+    for arm in arms:
+        arm_rec = Recorder(engine="lmcache", model="bench", profile_reuse=arm != "no-profile") \
+            if arm in FOURTH else rec
+        drivers[arm] = build(arm, host_chunks, layerwise, arm_rec)
         workloads[arm] = chat(seed=1)
-    for arm in ARMS:                                 # fill the caches: they evict from here
+    for arm in arms:                                 # fill the caches: they evict from here
         for _ in range(warmup):
             drivers[arm].serve(*next(workloads[arm]))
-    spent: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    spent: dict[str, list[float]] = {arm: [] for arm in arms}
     gc.collect()
     gc.disable()
     try:
         for n in range(rounds):
-            for arm in ARMS[n % 3:] + ARMS[:n % 3]:  # rotate which arm goes first
+            k = n % len(arms)
+            for arm in arms[k:] + arms[:k]:          # rotate which arm goes first
                 driver = drivers[arm]
                 before = driver.engine_seconds
                 for _ in range(requests):
@@ -136,7 +188,13 @@ def overhead(rounds: int, requests: int, host_chunks: int, layerwise: bool,
     plain, kvobs, control = (spent[arm] for arm in ARMS)
     snap = rec.snapshot()
     host = snap.tier("host")
-    return {
+    extra = {} if not fourth else {
+        "fourth": fourth,
+        "fourth_added_us": statistics.median(f - p for f, p in zip(spent[fourth], plain,
+                                                                    strict=True)) * 1e6,
+        "fourth_ratio_median": statistics.median(f / p for f, p in zip(spent[fourth], plain,
+                                                                        strict=True))}
+    return {**extra,
         "layerwise": layerwise,
         "requests_per_round": requests,
         "rounds": rounds,
@@ -155,6 +213,48 @@ def overhead(rounds: int, requests: int, host_chunks: int, layerwise: bool,
     }
 
 
+def reader_costs(requests: int, host_chunks: int, layerwise: bool,
+                 warmup: int) -> list[tuple[str, float, float]]:
+    """``(reader, calls per request, us per call)`` of every hook's reader, timed in place
+    in one instrumented engine (the median call, less the shim's own)."""
+    spent: dict[str, list[int]] = {}
+    clock = time.perf_counter_ns
+
+    def shim(name: str, reader: Any) -> Any:
+        calls = spent.setdefault(name, [])
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = clock()
+            try:
+                return reader(*args, **kwargs)
+            finally:
+                calls.append(clock() - started)
+
+        return timed
+
+    empty = shim("(empty)", lambda: None)
+    with readers_replaced(shim):
+        driver = build("kvobs", host_chunks, layerwise, Recorder(engine="lmcache", model="bench"))
+    workload = chat(seed=1)
+    for _ in range(warmup):
+        driver.serve(*next(workload))
+    for calls in spent.values():
+        calls.clear()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(requests):
+            driver.serve(*next(workload))
+        for _ in range(requests * 10):
+            empty()
+    finally:
+        gc.enable()
+    own = statistics.median(spent.pop("(empty)"))
+    return sorted(((name, len(calls) / requests, (statistics.median(calls) - own) / 1e3)
+                   for name, calls in spent.items() if calls),
+                  key=lambda row: -row[1] * row[2])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=120)
@@ -163,18 +263,36 @@ def main(argv: list[str] | None = None) -> int:
                         help="slots of each engine's CPU backend (it evicts)")
     parser.add_argument("--warmup", type=int, default=60, help="requests before timing")
     parser.add_argument("--layerwise", action="store_true", help="LMCache's use_layerwise")
+    parser.add_argument("--fourth", choices=sorted(FOURTH),
+                        help="a fourth engine in the rounds: " + "; ".join(
+                            f"{k}: {v}" for k, v in FOURTH.items()))
+    parser.add_argument("--readers", action="store_true",
+                        help="time each hook's readers in place instead (--rounds x "
+                             "--requests requests)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     logging.getLogger("lmcache").setLevel(logging.ERROR)
+    mode = "layerwise" if args.layerwise else "one object a chunk"
+    if args.readers:
+        try:
+            rows = reader_costs(args.rounds * args.requests, args.host_chunks, args.layerwise,
+                                args.warmup)
+        finally:
+            destroy_all()
+        for name, calls, us in rows:
+            print(f"{name:32s} {calls:6.2f} calls a request  {us:6.2f} us a call  "
+                  f"{calls * us:6.1f} us a request")
+        print(f"all readers, in place ({mode}): {sum(c * u for _, c, u in rows):.1f} us per "
+              "request")
+        return 0
     try:
         result = overhead(args.rounds, args.requests, args.host_chunks, args.layerwise,
-                          args.warmup)
+                          args.warmup, args.fourth)
     finally:
         destroy_all()
     if args.json:
         print(json.dumps(result))
         return 0
-    mode = "layerwise" if args.layerwise else "one object a chunk"
     print(f"LMCache engine calls per request ({mode}, thread CPU time, {args.rounds} rounds "
           f"of {args.requests}): plain {result['plain_us_per_request']:.0f} us, kvobs "
           f"{result['kvobs_us_per_request']:.0f} us -> {result['ratio_median']:.3f}x "
@@ -182,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"added per request: {result['added_us_per_request']:.1f} us; noise gauge, plain "
           f"vs plain: {result['control_ratio_median']:.3f}x, "
           f"{result['control_added_us']:+.1f} us")
+    if args.fourth:
+        print(f"{FOURTH[args.fourth]}: {result['fourth_added_us']:+.1f} us, "
+              f"{result['fourth_ratio_median']:.3f}x")
     print(f"kvobs counted: {result['kvobs_saw']}")
     return 0
 
