@@ -26,7 +26,7 @@ from tests.engines.vllm032.engine_run import BLOCK, GPU_BLOCKS, HOST_CHUNKS, MOD
 
 ENGINE_LABELS = {"dp_rank", "engine", "model"}
 OWN_LABELS = {"tier", "state", "reason", "outcome", "src_tier", "dst_tier", "component", "le",
-              "source"}
+              "source", "engine_version", "support", "part"}
 DIRECTIONS = {"store": ("gpu", "host", "GPU_to_CPU"), "load": ("host", "gpu", "CPU_to_GPU")}
 
 
@@ -200,6 +200,12 @@ def test_host_capacity_is_the_host_memory_the_worker_allocated(single: EngineRun
 def test_one_label_set_per_engine_whatever_the_executor(engine: EngineRun) -> None:
     engine_sets = {labels - OWN_LABELS for labels in engine.kvobs.label_sets("kvobs_")}
     assert engine_sets == {frozenset(ENGINE_LABELS)}
+    # the release vLLM's build reports, tested, and every part of its scheduler read
+    assert engine.kvobs.total("kvobs_engine_info", support="tested") == 1
+    parts = {got["part"]: value for sample, got, value in engine.kvobs.rows
+             if sample == "kvobs_part_enabled"}
+    assert {"gpu_tier", "lookups", "host_tier", "step_timing", "transfers"} <= set(parts)
+    assert set(parts.values()) == {1}
     if engine.mode == "multi":  # the worker's own endpoint: its durations, with its rank
         worker = Samples(engine.account["kvobs_worker"])
         assert {labels - OWN_LABELS for labels in worker.label_sets("kvobs_transfer")} == \
