@@ -46,18 +46,19 @@ TEST_JOBS ?= 2
 # and measures no wall-clock time (tests/conftest.py marks the rest).
 FAST := not engine and not slow and not terminal and not gpu and not timing
 
-# Everything, in two phases: TEST_JOBS workers over all but the timing tests, handed one
-# at a time, the engine suites first (each is one test, minutes long, run by its venv's
-# interpreter), then the timing tests alone.
+# Everything, in two phases: TEST_JOBS workers over all but the timing and terminal tests,
+# handed one at a time, the engine suites first (each is one test, minutes long, run by
+# its venv's interpreter), then the timing and terminal tests alone.
+ALONE := timing or terminal
 test: deps
 	@start=$$(date +%s); status=0; \
-	$(BIN)/python -m pytest -m "not timing" -n $(TEST_JOBS) --dist load --maxschedchunk 1 \
-	    || status=1; \
+	$(BIN)/python -m pytest -m "not ($(ALONE))" -n $(TEST_JOBS) --dist load \
+	    --maxschedchunk 1 || status=1; \
 	parallel=$$(date +%s); \
-	$(BIN)/python -m pytest -m timing || status=1; \
+	$(BIN)/python -m pytest -m "$(ALONE)" || status=1; \
 	end=$$(date +%s); \
 	echo "test: pytest in $$((end - start)) s ($$((parallel - start)) s on $(TEST_JOBS) workers," \
-	    "$$((end - parallel)) s for the timing tests alone)"; \
+	    "$$((end - parallel)) s for the timing and terminal tests alone)"; \
 	exit $$status
 
 test-fast: setup

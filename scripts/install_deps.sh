@@ -8,9 +8,17 @@
 # (with its log); the others still finish, and the run then exits 1.
 # Usage: bash scripts/install_deps.sh [DEPS_JOBS]
 set -uo pipefail
+if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501)); then
+    echo "deps: needs bash >= 5.1 (wait -n -p), this is $BASH_VERSION" >&2
+    exit 2
+fi
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${1:-${DEPS_JOBS:-4}}"
+if ! [[ "$JOBS" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: bash scripts/install_deps.sh [JOBS]  (JOBS: how many at a time, default 4)" >&2
+    exit 2
+fi
 LOGS="$(mktemp -d)"
 trap 'rm -rf "$LOGS"' EXIT
 

