@@ -68,13 +68,10 @@ class LMCacheInstrumentation(Instrumentation):
             ``probe_keys`` are then the keys the running lookup asked for (a layerwise
             lookup's keys the engine makes itself: it asks per chunk).
         refusals: ``allocate`` / ``batched_allocate`` calls that returned None (no room,
-            nothing evictable), in any thread: the engine's ``store`` (a layerwise
-            ``store_layer``'s first step) reads it before and after, and looks closer only
-            when it moved (:mod:`kvobs.adapters.lmcache.engine`).
-        refused_in: per thread ident, the value of ``refusals`` that thread's latest
-            refused allocation made (written on that rare path only).
+            nothing evictable), in any thread.
         on_refused: called in the refused thread after a refusal is noted (the engine's
-            count of the chunks its ``store`` drops), or None.
+            count of the chunks its ``store`` or ``store_layer`` drops,
+            :mod:`kvobs.adapters.lmcache.engine`), or None.
         cached_ids: while ``tracks_ids``, the chunks this tier counts as cached, by id
             of the memory object: their block keys (a chunk LMCache pops from its hot
             cache and frees itself, ``batched_allocate``'s evictions, is told by its id).
@@ -98,22 +95,22 @@ class LMCacheInstrumentation(Instrumentation):
         self._recent: set[int] = set()            # chunk hashes looked up lately...
         self._older: set[int] = set()             # ...and the generation before
         self.refusals = 0
-        self.refused_in: dict[int, int] = {}
         self.on_refused: Callable[[], None] | None = None
         self._settle_lock = threading.Lock()
 
     def refused(self) -> None:
-        """An allocation returned None: note it, and which thread it failed in (so a
-        ``store`` running in that thread knows its chunks were cut short).
+        """An allocation returned None: note it, and tell the engine (in the refused
+        thread: a ``store`` running there was cut short).
 
         Example:
             >>> inst = LMCacheInstrumentation(object(), None, TierRecorder("host", 4, 16, 1),
             ...                               False, 16)
-            >>> inst.refused(); inst.refusals, list(inst.refused_in.values())
-            (1, [1])
+            >>> inst.on_refused = lambda: print("refused")
+            >>> inst.refused(); inst.refusals
+            refused
+            1
         """
         self.refusals += 1
-        self.refused_in[threading.get_ident()] = self.refusals
         if self.on_refused is not None:
             self.on_refused()
 
