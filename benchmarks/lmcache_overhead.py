@@ -146,12 +146,12 @@ def build(arm: str, host_chunks: int, layerwise: bool, rec: Recorder) -> TimedDr
     engine = build_engine(host_chunks=host_chunks, instance=f"bench-{arm}",
                           layerwise=layerwise)
     engine.stats_monitor = LMCStatsMonitor()         # not the process-wide one
-    if arm == "bare":
-        with readers_replaced(lambda name, reader: None):
+    bare = readers_replaced(lambda name, reader: None) if arm == "bare" else \
+        contextlib.nullcontext()
+    with bare:                                       # post_init attaches the backend's hooks
+        if arm not in ("plain", "control"):
             instrument_lmcache_engine(engine, rec)
-    elif arm in ("kvobs", "no-profile"):
-        instrument_lmcache_engine(engine, rec)
-    engine.post_init()
+        engine.post_init()
     return TimedDriver(engine, save_decode=True)
 
 
