@@ -152,6 +152,9 @@ def test_explicit_remove_of_a_chunk_being_read_and_clear(instrumented):
     assert b.remove(key(1))                  # removed while read: its memory stays live
     host = kit.check("remove 1 while read").tier("host")
     assert (host.evictions["explicit"], host.in_use_blocks, host.cached_blocks) == (2, 1, 3)
+    # the flows hold whatever the allocations (the frees are derived from them): the
+    # 5 chunks allocated here, and chunk 1 back in use while its reader holds it
+    assert host.allocations == 5 + 1
     reader.ref_count_down()                  # the reader's drop frees it
     host = kit.check("reader of 1 done").tier("host")
     assert (host.in_use_blocks, host.cached_blocks) == (0, 3)
