@@ -196,10 +196,9 @@ class LMCacheEngineInstrumentation(Instrumentation):
         * ``store_layer`` allocates every layer of each chunk no backend holds, in order,
           and skips the held ones: the refused chunk (its ``start``) and every later one
           no backend holds are dropped, ``num_layers`` objects each. Exact but in one
-          case: a chunk skipped as held that LMCache evicted while making room for the
-          refused one (it evicts a whole chunk and retries, so only where objects differ
-          in size, a partial chunk, or another thread evicted it meanwhile) counts as
-          dropped.
+          case: a later chunk held when the call began that LMCache evicted while making
+          room for the refused one (it evicts whole chunks and retries until nothing is
+          left to evict), or another thread evicted meanwhile, counts as dropped.
         """
         stores, engine = self.stores, self.target
         frame: FrameType | None = inspect.currentframe()
