@@ -63,6 +63,9 @@ MARKS: dict[str, tuple[str, ...]] = {
         ("slow",),
     "tests/core/test_reuse.py::test_an_aged_profile_is_exact_up_to_its_exact_keys_for_every_salt":
         ("slow",),
+    "tests/cli/test_no_silent_nonsense.py::test_report_png_follows_the_umask": ("slow",),
+    "tests/whatif/test_profile_sees_writes.py": ("slow",),  # the reference pool, served
+    "tests/reliability/test_soak.py": ("slow",),
     # the engine's event rate under each OTLP fault against its healthy rate, 1 s each
     "tests/reliability/test_otlp_faults.py::test_every_fault_is_counted_and_export_resumes":
         ("slow", "timing"),
