@@ -5,8 +5,10 @@ cached in its lighter shade, free as dots, then the numbers), the lookup split (
 looked-up tokens were found), the transfers per direction (throughput, p50 / p99
 latency, drops and failures) and the health line (thrash onloads, wasted offloads,
 instrumentation errors). Colours come from :mod:`kvobs.palette`, the same as the
-report's and the dashboards'. Below 92 columns the tables fold into two short lines per
-tier or direction, so a narrow terminal (40 columns and up) still reads.
+report's and the dashboards'. The tables are as wide as their figures (the tier bars take
+the rest); below 92 columns, or where a table's figures would not fit, they fold into two
+short lines per tier or direction, so nothing is cut: a 100-column terminal shows every
+figure, and a narrow one (40 columns and up) still reads.
 
 Example:
     >>> from rich.console import Console
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -34,6 +37,10 @@ from kvobs.units import format_value
 
 #: Inner width (columns inside the panel border) from which the tables are drawn.
 WIDE = 88
+#: The narrowest tier bar of the table (its header's width); a table that leaves less folds.
+_MIN_BAR = 20
+#: Columns between two table columns (``padding=(0, 1)``, no edge padding).
+_GAP = 2
 _MISS = OUTCOMES["miss"]
 
 
@@ -68,6 +75,12 @@ def _latency(value: float | None) -> str:
     return "-" if value is None else format_value(value, "s")
 
 
+def _table_width(header: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """Columns a table of these cells takes (each column as wide as its widest cell)."""
+    widths = [max(cell_len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return sum(widths) + _GAP * (len(widths) - 1)
+
+
 def _tier_bar(tier: TierView, width: int) -> Text:
     return bar([(tier.in_use, "█", tier_color(tier.name)),
                 (tier.cached, "▒", tier_color(tier.name, "cached"))], width, tier.capacity)
@@ -76,29 +89,37 @@ def _tier_bar(tier: TierView, width: int) -> Text:
 def _tiers(view: EndpointView, width: int) -> RenderableType:
     if not view.tiers:
         return Text("no tiers reported yet", style="dim")
-    if width < WIDE:
-        lines = []
-        for tier in view.tiers:
-            share = (tier.in_use + tier.cached) / tier.capacity if tier.capacity else 0.0
-            head = Text(f"{tier.name:<5}", style=f"bold {tier_color(tier.name)}")
-            lines.append(head + _tier_bar(tier, max(6, width - 12)) + Text(f" {share:4.0%}"))
-            lines.append(Text(f"      use {_count(tier.in_use)} cache {_count(tier.cached)} "
-                              f"free {_count(tier.free)}", style="dim"))
-        return Group(*lines)
+    header = ("tier", "in use", "cached", "free", "capacity", "bytes used")
+    rows = [(tier.name, _count(tier.in_use), _count(tier.cached), _count(tier.free),
+             _count(tier.capacity),
+             f"{_bytes(tier.in_use_bytes + tier.cached_bytes)} / {_bytes(tier.capacity_bytes)}")
+            for tier in view.tiers]
+    bar_width = width - _table_width(header, rows) - _GAP
+    if width < WIDE or bar_width < _MIN_BAR:
+        return _tier_lines(view.tiers, width)
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False, padding=(0, 1))
     table.add_column("tier", no_wrap=True)
-    bar_width = max(20, width - 66)
     table.add_column("█ use ▒ cache · free", no_wrap=True, width=bar_width)
-    for name in ("in use", "cached", "free", "capacity"):
+    for name in header[1:]:
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("bytes used", justify="right", no_wrap=True)
-    for tier in view.tiers:
-        table.add_row(
-            Text(tier.name, style=f"bold {tier_color(tier.name)}"), _tier_bar(tier, bar_width),
-            _count(tier.in_use), _count(tier.cached), _count(tier.free), _count(tier.capacity),
-            f"{_bytes(tier.in_use_bytes + tier.cached_bytes)} / {_bytes(tier.capacity_bytes)}",
-        )
+    for tier, (name, *figures) in zip(view.tiers, rows, strict=True):
+        table.add_row(Text(name, style=f"bold {tier_color(name)}"), _tier_bar(tier, bar_width),
+                      *figures)
     return table
+
+
+def _tier_lines(tiers: Sequence[TierView], width: int) -> RenderableType:
+    """Two short lines per tier: the bar and its share, then the figures."""
+    name_width = max(5, *(cell_len(tier.name) + 1 for tier in tiers))
+    lines = []
+    for tier in tiers:
+        share = (tier.in_use + tier.cached) / tier.capacity if tier.capacity else 0.0
+        head = Text(f"{tier.name:<{name_width}}", style=f"bold {tier_color(tier.name)}")
+        lines.append(head + _tier_bar(tier, max(6, width - name_width - 5))
+                     + Text(f" {share:4.0%}"))
+        lines.append(Text(f"      use {_count(tier.in_use)} cache {_count(tier.cached)} "
+                          f"free {_count(tier.free)}", style="dim"))
+    return Group(*lines)
 
 
 def _hits(view: EndpointView, width: int) -> RenderableType:
@@ -117,7 +138,8 @@ def _hits(view: EndpointView, width: int) -> RenderableType:
     if view.lookups_per_s is not None and not view.hits_since_start:
         rate = f"  {_count(total)} tok/s, {_count(view.lookups_per_s)} lookups/s"
     head = Text(label + ":", style="bold")
-    if width < WIDE:  # the legend on its own line, so that it never wraps mid-item
+    if width < WIDE or cell_len(head.plain + legend.plain + rate) > width:
+        # the legend on its own line, so that it never wraps mid-item
         return Group(head + Text(rate, style="dim"), legend, split)
     return Group(head + legend + Text(rate, style="dim"), split)
 
@@ -127,18 +149,23 @@ def _transfer_name(t: TransferView) -> Text:
 
 
 def _losses(t: TransferView) -> Text:
-    text = Text()
+    parts = []
     for what, per_s, total in (("drop", t.drops_per_s, t.drops),
                                ("fail", t.failures_per_s, t.failures)):
         style = "bold red" if per_s > 0 else ("yellow" if total > 0 else "dim")
-        text.append(f"{what} {_count(per_s)}/s ({_count(total)}) ", style=style)
-    return text
+        parts.append(Text(f"{what} {_count(per_s)}/s ({_count(total)})", style=style))
+    return Text(" ").join(parts)
 
 
 def _transfers(view: EndpointView, width: int) -> RenderableType:
     if not view.transfers:
         return Text("transfers: none yet", style="dim")
-    if width < WIDE:
+    header = ("transfer", "throughput", "blocks/s", "p50", "p99",
+              "drops / failures per s (total)")
+    rows = [(_transfer_name(t).plain, format_value(t.bytes_per_s, "Bps"),
+             _count(t.blocks_per_s), _latency(t.p50_s), _latency(t.p99_s), _losses(t).plain)
+            for t in view.transfers]
+    if width < WIDE or _table_width(header, rows) > width:
         lines = []
         for t in view.transfers:
             lines.append(_transfer_name(t) + Text(
@@ -147,43 +174,44 @@ def _transfers(view: EndpointView, width: int) -> RenderableType:
             lines.append(Text("  ") + _losses(t))
         return Group(*lines)
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1))
-    table.add_column("transfer", no_wrap=True)
-    table.add_column("throughput", justify="right", no_wrap=True)
-    table.add_column("blocks/s", justify="right", no_wrap=True)
-    table.add_column("p50", justify="right", no_wrap=True)
-    table.add_column("p99", justify="right", no_wrap=True)
-    table.add_column("drops / failures per s (total)", no_wrap=True)
-    for t in view.transfers:
+    table.add_column(header[0], no_wrap=True)
+    for name in header[1:5]:
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column(header[5], no_wrap=True)
+    for t, (_name, throughput, blocks, p50, p99, _losses_text) in zip(view.transfers, rows,
+                                                                     strict=True):
         latency_style = "dim" if t.latency_since_start else ""
-        table.add_row(_transfer_name(t), format_value(t.bytes_per_s, "Bps"),
-                      _count(t.blocks_per_s), Text(_latency(t.p50_s), style=latency_style),
-                      Text(_latency(t.p99_s), style=latency_style), _losses(t))
+        table.add_row(_transfer_name(t), throughput, blocks, Text(p50, style=latency_style),
+                      Text(p99, style=latency_style), _losses(t))
     return table
 
 
-def _health(view: EndpointView) -> Text:
-    text = Text()
+def _health(view: EndpointView, width: int) -> Text:
+    """Thrash, wasted offloads and instrumentation errors: on one line where they fit,
+    else one a line (never one broken in two)."""
     thrash_rate = view.thrash_per_s or 0.0
-    text.append("thrash ", style="bold")
-    text.append(f"{_count(thrash_rate)}/s ({_count(view.thrash)})  ",
-                style="bold red" if thrash_rate > 0 else "")
-    text.append("wasted offloads ", style="bold")
+    thrash = Text.assemble(("thrash ", "bold"), (
+        f"{_count(thrash_rate)}/s ({_count(view.thrash)})",
+        "bold red" if thrash_rate > 0 else ""))
     share = view.wasted_share
-    text.append("-" if share is None else f"{share:.0%}",
-                style="bold red" if share is not None and share > 0.5 else "")
-    text.append(f" ({_count(view.evicted_unused)} evicted unused, "
-                f"{_count(view.reused)} reused)")
+    wasted = Text.assemble(
+        ("wasted offloads ", "bold"),
+        ("-" if share is None else f"{share:.0%}",
+         "bold red" if share is not None and share > 0.5 else ""),
+        f" ({_count(view.evicted_unused)} evicted unused, {_count(view.reused)} reused)")
+    items = [thrash, wasted]
     if view.instrumentation_errors:
-        text.append(f"  instrumentation errors {_count(view.instrumentation_errors)}",
-                    style="bold red")
-    return text
+        items.append(Text(f"instrumentation errors {_count(view.instrumentation_errors)}",
+                          style="bold red"))
+    one_line = Text("  ").join(items)
+    return one_line if cell_len(one_line.plain) <= width else Text("\n").join(items)
 
 
 def render_view(view: EndpointView, width: int) -> Panel:
     """The panel of one reachable endpoint, laid out for ``width`` columns."""
     inner = max(20, width - 4)
     body = Group(_tiers(view, inner), Text(""), _hits(view, inner), Text(""),
-                 _transfers(view, inner), _health(view))
+                 _transfers(view, inner), _health(view, inner))
     every = f"rates over {view.interval_s:.1f} s" if view.interval_s else "first scrape"
     return Panel(body, title=Text(view.title, style="bold"), title_align="left",
                  subtitle=Text(f"{view.url} · {every}", style="dim"), subtitle_align="right",
