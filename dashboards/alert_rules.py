@@ -75,8 +75,9 @@ def alerts() -> list[dict[str, Any]]:
             "minutes.\n"
             "Impact: reusable context is thrown away; later requests with the same prefix "
             "miss and recompute it.\n"
-            "Check: 'KV cache tiers' dashboard, panels 'Resident occupancy per tier' and "
-            "'Evictions per tier and reason'; 'Hit ratio per tier' shows what it costs.\n"
+            "Check: 'KV cache tiers' dashboard, panels 'Resident occupancy of "
+            "{{ $labels.tier }} (in use vs cached)' and 'Evictions per tier and reason'; "
+            "'Hit ratio per tier' shows what it costs.\n"
             "Fix: add capacity to the tier (host pool size, GPU memory share), or add a "
             "lower tier so evicted blocks are offloaded instead of dropped.",
         ),
@@ -136,8 +137,8 @@ def alerts() -> list[dict[str, Any]]:
             "Impact: onload failures turn hits into recomputes; offload failures lose "
             "context. Repeated failures can point at a failing device or host memory "
             "pressure.\n"
-            "Check: the engine logs around the kvobs 'transfer failed' events, and the "
-            "'Drops and failures' panel.\n"
+            "Check: the engine's logs at the times of the failures, and 'KV cache tiers' "
+            "dashboard, panel 'Drops and failures'.\n"
             "Fix: resolve the logged cause (CUDA errors, pinned memory allocation failures); "
             "restart the instance if the device is in an error state.",
         ),
