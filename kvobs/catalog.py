@@ -201,6 +201,14 @@ METRICS: tuple[MetricSpec, ...] = (
         _LINK,
         "Duration of one transfer batch, timed on the device stream where there is one.",
     ),
+    MetricSpec(
+        "kvobs_transfer_shard_duration_seconds",
+        "histogram",
+        "s",
+        _LINK,
+        "Device time of one worker's shard of a transfer (a vLLM worker's own endpoint, "
+        "KVOBS_WORKER_METRICS=1); the engine's endpoint counts the transfer itself.",
+    ),
     _c(
         "kvobs_transfer_seconds_total",
         "s",

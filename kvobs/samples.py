@@ -27,11 +27,14 @@ from typing import Protocol
 from kvobs.catalog import DURATION_BUCKETS_S, RESIDENCY_BUCKETS_S
 
 DURATION = "kvobs_transfer_duration_seconds"
+#: A timing-only link's samples: shards of transfers another process counts.
+SHARD_DURATION = "kvobs_transfer_shard_duration_seconds"
 RESIDENCY = "kvobs_block_residency_seconds"
 REUSE_GAP = "kvobs_block_reuse_gap_seconds"
 #: Bucket upper bounds of each histogram metric.
 BUCKETS: dict[str, tuple[float, ...]] = {
     DURATION: DURATION_BUCKETS_S,
+    SHARD_DURATION: DURATION_BUCKETS_S,
     RESIDENCY: RESIDENCY_BUCKETS_S,
     REUSE_GAP: RESIDENCY_BUCKETS_S,
 }
@@ -47,6 +50,8 @@ class DurationBuffer(Protocol):
     def src(self) -> str: ...
     @property
     def dst(self) -> str: ...
+    @property
+    def counts(self) -> bool: ...
     def drain_durations(self) -> list[float]: ...
 
 
@@ -147,7 +152,8 @@ class SampleHistograms:
         rec = self._recorder
         with self._lock:
             for link in rec.links:
-                self._fold(DURATION, {"src_tier": link.src, "dst_tier": link.dst},
+                self._fold(DURATION if link.counts else SHARD_DURATION,
+                           {"src_tier": link.src, "dst_tier": link.dst},
                            link.drain_durations(), keep_empty=True)
             for name in rec.tier_names:
                 tracker = rec.tier(name).residency

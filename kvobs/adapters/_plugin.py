@@ -9,8 +9,9 @@ serves on ``PORT + port_offset``, its rank, or a later free port, :data:`PORT_AT
 in all; port 0 = any free port; empty = no endpoint), ``KVOBS_METRICS_MIN_INTERVAL_S``,
 ``KVOBS_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_METRIC_EXPORT_INTERVAL``,
 ``KVOBS_SUMMARY_INTERVAL_S`` (default 60; 0 = off), ``KVOBS_LOG_FORMAT``,
-``KVOBS_WEB_CONFIG_FILE``, ``KVOBS_TRACE_OUT`` / ``KVOBS_TRACE_MAX_BYTES``, and
-``KVOBS_MODEL`` (the ``model`` label; default: the engine's served model).
+``KVOBS_WEB_CONFIG_FILE``, ``KVOBS_TRACE_OUT`` / ``KVOBS_TRACE_MAX_BYTES``,
+``KVOBS_MODEL`` (the ``model`` label; default: the engine's served model), and
+``KVOBS_WORKER_METRICS`` (a worker process's own endpoint, opt-in).
 
 Inside an engine a bad value never disables kvobs: it is ignored, the default is used,
 and one ``kvobs_setting_ignored`` warning in the engine's log names the variable, the
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from kvobs.recorder import Recorder
 
 __all__ = ["DEFAULT_ADDR", "PORT_ATTEMPTS", "enabled", "model_name", "settings",
-           "start_telemetry"]
+           "start_telemetry", "worker_metrics"]
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 #: Ports tried, upwards from the preferred one, when it is taken.
@@ -49,6 +50,12 @@ PORT_ATTEMPTS = 64
 def enabled() -> bool:
     """``KVOBS_ENABLE`` is set to a true value (``1``, ``true``, ``yes``, ``on``)."""
     return os.environ.get("KVOBS_ENABLE", "").strip().lower() in TRUE
+
+
+def worker_metrics() -> bool:
+    """``KVOBS_WORKER_METRICS`` is true: a worker process serves an endpoint of its own
+    (per-shard device times; off by default, the engine's endpoint carries its transfers)."""
+    return os.environ.get("KVOBS_WORKER_METRICS", "").strip().lower() in TRUE
 
 
 def model_name(served: Any) -> str:

@@ -97,7 +97,9 @@ def test_every_exported_name_is_in_the_catalog_and_counters_keep_growing(telemet
                        # where the engine has hot buffers (vLLM HiSparse)
                        "kvobs_hot_buffer_lookups_total", "kvobs_hot_buffer_load_bytes_total",
                        # where an engine plugin says which release and parts it reads
-                       "kvobs_engine_info", "kvobs_part_enabled"}
+                       "kvobs_engine_info", "kvobs_part_enabled",
+                       # a timing-only link's (a vLLM worker's opt-in endpoint)
+                       "kvobs_transfer_shard_duration_seconds"}
     assert (
         names - nvml_only - only_when_known
         <= {n.removesuffix("_count") for n in exported} | exported

@@ -22,10 +22,14 @@ After the call, this adapter adds the bytes and seconds the output reports:
   add the shards up. The shards move at the same time, on their own devices and links,
   so a transfer's time is the mean of its shards' times: vLLM's figure over the number
   of workers (for equal shards, as tensor parallelism makes them, also the slowest
-  shard's). This is the onload cost the net benefit subtracts, in the scheduler's
-  process whatever process the workers run in; no duration sample is taken here: the
-  per-shard device durations come from the workers
-  (:mod:`kvobs.adapters.vllm.transfers`).
+  shard's). This is the onload cost the net benefit subtracts;
+* duration samples come through the same channel, so the engine core's endpoint carries
+  the ``kvobs_transfer_duration_seconds`` histogram and no worker endpoint is needed.
+  vLLM sends each shard's size (``sizes``) but only the step's summed time, so each job
+  a step reports (its shards over the workers) is one sample of the step's mean job
+  time: exact when a step reports one job a direction (the usual case), the jobs' mean
+  otherwise. The samples add up to the seconds above. A worker's own per-shard device
+  times are an opt-in endpoint of its own (:mod:`kvobs.adapters.vllm.transfers`).
 
 After ``update_state_after_alloc`` (the loads of an admitted request planned), the
 request's external hits are split by source with the connector's own
@@ -86,21 +90,28 @@ def _failed(inst: ConnectorInstrumentation, connector_output: Any) -> None:
 
 def _reported(inst: ConnectorInstrumentation, state: None, result: None,
               connector_output: Any) -> None:
-    """The store / load bytes and seconds the workers report in this output (none in a
-    step where no worker reported: no worker metadata)."""
+    """The store / load bytes, seconds and duration samples the workers report in this
+    output (none in a step where no worker reported: no worker metadata)."""
     stats = getattr(getattr(connector_output, "kv_connector_worker_meta", None),
                     "transfer_stats", None)
     if stats is None:
         return
-    store, load = stats.store, stats.load
-    if store.bytes:
-        inst.offload.add_bytes(store.bytes)
-    if store.time:
-        inst.offload.add_seconds(store.time / inst.workers)
-    if load.bytes:
-        inst.onload.add_bytes(load.bytes)
-    if load.time:
-        inst.onload.add_seconds(load.time / inst.workers)
+    _add(inst.offload, stats.store, inst.workers)
+    _add(inst.onload, stats.load, inst.workers)
+
+
+def _add(link: LinkRecorder, direction: Any, workers: int) -> None:
+    """One direction's ``DirectionalTransferStats``: bytes, the jobs' time (the shards'
+    sum over ``workers``) and one sample of the mean job time per job reported."""
+    if direction.bytes:
+        link.add_bytes(direction.bytes)
+    seconds = direction.time / workers
+    if seconds:
+        link.add_seconds(seconds)
+    if direction.sizes:  # a shard timed and sized (vLLM records both or neither)
+        jobs = max(round(len(direction.sizes) / workers), 1)
+        for _ in range(jobs):
+            link.sample(seconds / jobs)
 
 
 def _external(inst: ConnectorInstrumentation, request: Any, blocks: Any,

@@ -19,27 +19,26 @@ constructor-time hooks and, in each process where one fires, starts telemetry th
   ``KVOBS_TRACE_OUT``); each step's time and prefill / decode tokens give the measured
   prefill cost (:mod:`kvobs.adapters.vllm.steps`). One ``kv_cache_capacity`` event lists
   every tier.
-* **GPU worker** (``OffloadingConnectorWorker.register_kv_caches``, where the worker
-  builds its ``OffloadingWorker``): per-transfer durations, timed by vLLM on the copy
-  stream, as ``kvobs_transfer_duration_seconds`` on timing-only links
-  (:mod:`kvobs.adapters.vllm.transfers`): the worker exports the histogram and no
-  transfer counters, so a sum over processes never counts a transfer twice.
+  The workers' transfer times reach it through vLLM's own worker-to-scheduler channel
+  (``OffloadingWorkerMetadata.transfer_stats``), so this one endpoint carries the
+  transfer-duration histogram too (:mod:`kvobs.adapters.vllm.connector`).
+* **GPU worker**, only with ``KVOBS_WORKER_METRICS=1`` and a worker process of its own
+  (``OffloadingConnectorWorker.register_kv_caches``, where the worker builds its
+  ``OffloadingWorker``): each shard's device time, timed by vLLM on the copy stream, as
+  ``kvobs_transfer_shard_duration_seconds`` on its own endpoint
+  (:mod:`kvobs.adapters.vllm.transfers`): no transfer counters and no
+  ``kvobs_transfer_duration_seconds``, so nothing is counted twice.
 
 (``--kv-offloading-size`` GiB turns on vLLM's native CPU offloading; without it only the
 GPU tier and lookups are instrumented.)
 
-**One endpoint per process, one rank label per series.** Every series carries
-``dp_rank`` (vLLM's data-parallel rank of the engine) and, from a worker, ``tp_rank``
-(the worker's rank in its engine). Each process serves its own ``/metrics``: the
-engine core of data-parallel rank *r* on ``PORT + r``, the worker of rank *t* on
-``PORT + 100 + r * world_size + t`` (in vLLM's single-process executor the worker shares
-the engine core's process, endpoint and recorder); a port taken by another process
-moves to the next free one. Each process logs its URL (``metrics_serving`` with its
-ranks). How the series reach a scrape: scrape every logged port (a pod's
-``prometheus.io`` annotations, or the Helm chart's ``monitor.extraPorts``: one monitor
-endpoint per port), or
-set ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``KVOBS_OTLP_ENDPOINT`` so every process pushes
-to one collector; sum the duration histogram ``without (tp_rank)`` for an engine.
+**One endpoint per engine.** Every series carries ``dp_rank`` (vLLM's data-parallel rank
+of the engine): the engine core of data-parallel rank *r* serves ``/metrics`` on
+``PORT + r``; a port taken by another process moves to the next free one, and the
+process logs its URL (``metrics_serving``). Scrape one target per engine (per
+data-parallel rank), or set ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``KVOBS_OTLP_ENDPOINT``
+to push. The opt-in worker endpoints (``KVOBS_WORKER_METRICS=1``) add ``tp_rank`` and
+serve on ``PORT + 100 + r * world_size + t`` for worker *t*.
 
 Settings: ``KVOBS_METRICS_ADDR`` (base ``HOST:PORT``, default ``127.0.0.1:9464``; port 0
 = any free port; empty = no endpoint), ``KVOBS_OTLP_ENDPOINT`` (push as well; default
@@ -93,7 +92,7 @@ from kvobs.adapters.vllm.manager import VllmInstrumentation, instrument_schedule
 from kvobs.adapters.vllm.tiering import TieringInstrumentation, instrument_tiering, tiering_manager
 from kvobs.adapters.vllm.transfers import TransferInstrumentation, instrument_offloading_worker
 from kvobs.logs import get_logger
-from kvobs.recorder import LinkRecorder, Recorder
+from kvobs.recorder import Recorder
 from kvobs.telemetry.settings import TelemetrySettings
 
 _log = get_logger("kvobs.vllm")
@@ -181,33 +180,25 @@ class _Enabled:
                     return spec
         return None
 
-    def attach_worker(self, connector_worker: Any) -> TransferInstrumentation:
-        """Time the transfers of a worker-side offloading connector's ``OffloadingWorker``."""
+    def attach_worker(self, connector_worker: Any) -> TransferInstrumentation | None:
+        """With ``KVOBS_WORKER_METRICS``, time each shard of the transfers of a worker
+        process's ``OffloadingWorker`` on an endpoint of its own; otherwise nothing (the
+        engine core reads the workers' times from vLLM's channel)."""
         config = getattr(connector_worker, "vllm_config", None)
-        parallel = connector_worker.spec.config.parallel
-        dp_rank, rank = _dp_rank(config), int(parallel.rank)
         same_process = getattr(getattr(config, "parallel_config", None),
                                "distributed_executor_backend", None) == "uni"
-        # In vLLM's single-process executor the worker shares the engine core's recorder,
-        # and its hook runs first: the labels must be the engine core's (no tp_rank).
-        labels = {"dp_rank": str(dp_rank)} if same_process else \
-            {"dp_rank": str(dp_rank), "tp_rank": str(rank)}
-        offset = dp_rank if same_process else \
-            WORKER_PORT_OFFSET + dp_rank * int(parallel.world_size) + rank
+        if same_process or not _plugin.worker_metrics():
+            return None
+        parallel = connector_worker.spec.config.parallel
+        dp_rank, rank = _dp_rank(config), int(parallel.rank)
+        labels = {"dp_rank": str(dp_rank), "tp_rank": str(rank)}
+        offset = WORKER_PORT_OFFSET + dp_rank * int(parallel.world_size) + rank
         with self.lock:
             rec = self._recorder(_model_name(config), labels, offset)
-            inst = instrument_offloading_worker(connector_worker.worker, rec,
-                                                links=self._worker_links(rec))
+            inst = instrument_offloading_worker(connector_worker.worker, rec)
             self.instrumentations.append(inst)
         gate.log_instrumented(_log, "vllm", [inst], **labels)
         return inst
-
-    def _worker_links(self, rec: Recorder) -> Callable[[str, str], LinkRecorder]:
-        """Links for worker timings: counting ones where this process also holds the
-        scheduler (which counts the transfers into them), timing-only ones otherwise."""
-        def link(src: str, dst: str) -> LinkRecorder:
-            return rec.link(src, dst, counts=self.schedulers > 0)
-        return link
 
 
 _STATE = _Enabled()

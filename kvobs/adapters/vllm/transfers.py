@@ -10,23 +10,19 @@ CPU worker measures between two CUDA events on the copy stream, i.e. device time
 worker that reports none is timed by wall clock from submission to the
 ``get_finished`` call that returned the job (an upper bound).
 
-Every successful job is one sample of ``kvobs_transfer_duration_seconds`` on the link
-of its direction (``gpu -> host`` for stores, ``host -> gpu`` for loads). By default the
-links are *timing-only* (``rec.link(..., counts=False)``): the scheduler process counts
-the transfers (operations, blocks, bytes) from the worker metadata it receives, so a sum
-over both processes never counts one transfer twice. ``counts=True`` also counts them
-here (host chunks of the CPU-side spec), for a setup where only the worker is
-instrumented.
-
-Links are resolved at the first finished job, not at wrapping time, through ``links``
-(default ``rec.link(src, dst, counts=counts)``): a process that also holds the
-scheduler (vLLM's single-process executor) then shares the scheduler's counting link,
-whose seconds the scheduler adds from vLLM's reported times; the worker then only adds
-the duration samples (``LinkRecorder.sample``).
+Every successful job is one sample of the shard's device time on the link of its
+direction (``gpu -> host`` for stores, ``host -> gpu`` for loads). By default the links
+are *timing-only* (``rec.link(..., counts=False)``), exported as
+``kvobs_transfer_shard_duration_seconds`` alone: the engine core counts the transfers
+(operations, blocks, bytes) and their durations from the worker metadata vLLM sends it
+(:mod:`kvobs.adapters.vllm.connector`), so a sum over both processes never counts one
+transfer twice. The vLLM plugin wraps a worker only with ``KVOBS_WORKER_METRICS=1``, in
+a worker process of its own. ``counts=True`` counts the transfers here instead (host
+chunks of the CPU-side spec), for a setup where only the worker is instrumented.
 
 Example:
     >>> inst = instrument_offloading_worker(connector_worker.worker, rec)  # doctest: +SKIP
-    >>> rec.link("gpu", "host").durations                                 # doctest: +SKIP
+    >>> rec.link("gpu", "host", counts=False).durations                   # doctest: +SKIP
     deque([0.00042])
 """
 
@@ -44,8 +40,6 @@ from kvobs.tiers import GPU, HOST
 COMPONENT = "vllm.offloading_worker"
 MAX_JOBS_IN_FLIGHT = 65536
 
-LinkFactory = Callable[[str, str], LinkRecorder]
-
 
 class TransferInstrumentation(Instrumentation):
     """Wrappers on one offloading worker.
@@ -55,13 +49,13 @@ class TransferInstrumentation(Instrumentation):
     before the worker was instrumented.
     """
 
-    def __init__(self, worker: Any, active: bool, rec: Recorder, links: LinkFactory,
-                 counts: bool, gpu_tier: str, tier: str) -> None:
+    def __init__(self, worker: Any, active: bool, rec: Recorder, counts: bool,
+                 gpu_tier: str, tier: str) -> None:
         super().__init__(worker, COMPONENT, active, rec)
         self.in_flight: OrderedDict[int, tuple[bool, int, float]] = OrderedDict()
         self.unknown_jobs = 0
         self.counts = counts
-        self._links = links
+        self._rec = rec
         self._directions = {True: (gpu_tier, tier), False: (tier, gpu_tier)}
         self._resolved: dict[bool, LinkRecorder] = {}
 
@@ -69,7 +63,8 @@ class TransferInstrumentation(Instrumentation):
         """The link of a direction (store: gpu -> tier), resolved on first use."""
         link = self._resolved.get(is_store)
         if link is None:
-            link = self._resolved[is_store] = self._links(*self._directions[is_store])
+            src, dst = self._directions[is_store]
+            link = self._resolved[is_store] = self._rec.link(src, dst, counts=self.counts)
         return link
 
     def submitted(self, job_id: int, is_store: bool, chunks: int) -> None:
@@ -125,8 +120,6 @@ def _finished(inst: TransferInstrumentation, state: None, results: Any) -> None:
             seconds = now - submitted_at
         if inst.counts:
             link.transfer(chunks, size, seconds)
-        elif link.counts:  # the scheduler in this process counts it, seconds included
-            link.sample(seconds)
         else:
             link.timed(seconds)
 
@@ -140,7 +133,7 @@ SPEC = AdapterSpec(COMPONENT, ("OffloadingWorker",), (
 
 def instrument_offloading_worker(worker: Any, rec: Recorder, *, gpu_tier: str = GPU,
                                  tier: str = HOST, counts: bool = False,
-                                 links: LinkFactory | None = None) -> TransferInstrumentation:
+                                 ) -> TransferInstrumentation:
     """Time the transfers of a vLLM ``OffloadingWorker`` into ``rec``'s links.
 
     Args:
@@ -148,10 +141,8 @@ def instrument_offloading_worker(worker: Any, rec: Recorder, *, gpu_tier: str = 
             e.g. ``OffloadingConnectorWorker.worker`` of the worker-side connector.
         rec: the recorder of the worker process.
         gpu_tier: name of the GPU tier; ``tier`` the offload medium's tier.
-        counts: also count operations, chunks and bytes here (False: durations only,
-            the scheduler process counts them).
-        links: ``links(src, dst)`` returns the link of a direction; the default is
-            ``rec.link(src, dst, counts=counts)``.
+        counts: also count operations, chunks and bytes here (False: per-shard
+            durations only, the engine core counts the transfers).
 
     Example:
         >>> inst = instrument_offloading_worker(worker, Recorder())  # doctest: +SKIP
@@ -160,9 +151,5 @@ def instrument_offloading_worker(worker: Any, rec: Recorder, *, gpu_tier: str = 
     Raises:
         AdapterError: not an OffloadingWorker, or already instrumented.
     """
-    def default_links(src: str, dst: str) -> LinkRecorder:
-        return rec.link(src, dst, counts=counts)
-
-    factory = links or default_links
     return instrument(worker, SPEC, lambda active: TransferInstrumentation(
-        worker, active, rec, factory, counts, gpu_tier, tier))
+        worker, active, rec, counts, gpu_tier, tier))

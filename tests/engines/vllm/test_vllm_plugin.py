@@ -193,15 +193,31 @@ def test_a_scheduler_with_tiering_exports_the_disk_tier(loaded, tmp_path):
         loop.offloading_manager.shutdown()
 
 
-def test_a_worker_process_exports_timings_only_with_its_ranks(loaded, tmp_path):
-    """A worker process (no scheduler in it): the hook on register_kv_caches times every
-    transfer on timing-only links, labelled dp_rank and tp_rank; no transfer counters."""
+def test_a_worker_process_serves_nothing_unless_asked(loaded, tmp_path):
+    """By default a worker process of its own starts no telemetry and wraps nothing: the
+    engine core's endpoint carries its transfers (vLLM sends it their times)."""
     engine = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
     plugin.disable()  # the scheduler above lives "in another process"
     vllm.plugins.plugins_loaded = False
     vllm.plugins.load_general_plugins()
-    # a worker of its own process: the multi-process executor's (the single-process
-    # one shares the engine core's recorder and labels: tests/engines/vllm032)
+    engine.vllm_config.parallel_config.distributed_executor_backend = "mp"
+    connector = worker_connector(engine)
+    state = plugin.state()
+    assert state.recorder is None and state.telemetry is None and not state.instrumentations
+    worker = connector.connector_worker.worker
+    assert worker.get_finished.__func__ is type(worker).get_finished
+
+
+def test_an_opted_in_worker_process_exports_shard_timings_with_its_ranks(loaded, tmp_path,
+                                                                         monkeypatch):
+    """``KVOBS_WORKER_METRICS=1``: a worker process (no scheduler in it) times every shard
+    on timing-only links, as ``kvobs_transfer_shard_duration_seconds`` labelled dp_rank
+    and tp_rank; no transfer counters and no engine-level duration histogram."""
+    monkeypatch.setenv("KVOBS_WORKER_METRICS", "1")
+    engine = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
+    plugin.disable()  # the scheduler above lives "in another process"
+    vllm.plugins.plugins_loaded = False
+    vllm.plugins.load_general_plugins()
     engine.vllm_config.parallel_config.distributed_executor_backend = "mp"
     connector = worker_connector(engine)
     state = plugin.state()
@@ -212,11 +228,11 @@ def test_a_worker_process_exports_timings_only_with_its_ranks(loaded, tmp_path):
     driver.run()
     worker = connector.connector_worker.worker
     samples = scrape(state.telemetry.metrics_url)
-    stores = value(samples, "kvobs_transfer_duration_seconds_count", src_tier="gpu",
+    stores = value(samples, "kvobs_transfer_shard_duration_seconds_count", src_tier="gpu",
                    dst_tier="host", tp_rank="0", dp_rank="0")
     assert stores > 0 and stores == worker.submitted  # every job the worker ran, timed
-    assert value(samples, "kvobs_transfer_operations_total") == 0
-    assert not [k for k in samples if k[0] == "kvobs_transfer_operations_total"]
+    assert not [k for k in samples if k[0] in ("kvobs_transfer_operations_total",
+                                                "kvobs_transfer_duration_seconds_count")]
 
 
 def test_register_without_kvobs_enable_does_nothing(monkeypatch):
@@ -273,7 +289,7 @@ def test_worker_timings_go_to_timing_only_links():
     assert back.drain_durations() == [results[2].transfer_time]
     with capture_telemetry(rec) as telemetry:
         out.timed(0.5)
-        assert telemetry.value("kvobs_transfer_duration_seconds", src_tier="gpu",
+        assert telemetry.value("kvobs_transfer_shard_duration_seconds", src_tier="gpu",
                                dst_tier="host") == 1
         assert "kvobs_transfer_operations_total" not in telemetry.collect()
     inst.unwrap()
@@ -346,8 +362,8 @@ def test_plugin_telemetry_pushes_otlp_and_logs_summaries(monkeypatch, tmp_path):
 
 def test_single_process_executor_shares_one_endpoint_and_counted_links(loaded, tmp_path):
     """vLLM's ``uni`` executor: the worker registers its KV caches in the engine-core
-    process before the scheduler exists. One recorder, one endpoint; the worker's timings
-    land on the links the scheduler counts."""
+    process before the scheduler exists, and is left alone; the engine core's one
+    endpoint counts and times every transfer from what the worker sends it."""
     from vllm.v1.structured_output import StructuredOutputManager
 
     from tests.engines.vllm.vllm_engine import build_vllm_config, layer_specs, plan_kv_cache
@@ -358,22 +374,24 @@ def test_single_process_executor_shares_one_endpoint_and_counted_links(loaded, t
     config.cache_config.num_gpu_blocks = 64
     connector = worker_connector(config=config, kv_config=kv_config)
     state = plugin.state()
-    url = state.telemetry.metrics_url
+    assert state.telemetry is None and not state.instrumentations  # the worker: not wrapped
     scheduler = Scheduler(config, kv_config, StructuredOutputManager(config), block_size=16,
                           log_stats=True)
-    assert state.telemetry.metrics_url == url and state.schedulers == 1
+    assert state.schedulers == 1
     driver = WorkerLoop(scheduler, connector)
     for conv in range(3):
         driver.add(f"c{conv}", [conv * 1000 + i for i in range(100)], max_tokens=3)
     driver.run()
-    samples = scrape(url)
+    samples = scrape(state.telemetry.metrics_url)
     worker = connector.connector_worker.worker
-    timed = value(samples, "kvobs_transfer_duration_seconds_count", src_tier="gpu",
-                  dst_tier="host")
-    assert timed == worker.submitted > 0
-    operations = value(samples, "kvobs_transfer_operations_total", src_tier="gpu",
-                       dst_tier="host")
-    assert operations == timed  # counted by the scheduler side, timed by the worker
+    for link in ({"src_tier": "gpu", "dst_tier": "host"}, {"src_tier": "host", "dst_tier": "gpu"}):
+        timed = value(samples, "kvobs_transfer_duration_seconds_count", **link)
+        assert timed == value(samples, "kvobs_transfer_operations_total", **link)
+        assert value(samples, "kvobs_transfer_duration_seconds_sum", **link) == \
+            pytest.approx(value(samples, "kvobs_transfer_seconds_total", **link), rel=1e-9)
+    stores = value(samples, "kvobs_transfer_duration_seconds_count", src_tier="gpu",
+                   dst_tier="host")
+    assert stores == worker.submitted > 0  # one sample per job the worker ran
     assert {dict(labels).get("tp_rank") for name, labels in samples  # the engine's labels
             if name.startswith("kvobs_")} == {None}
 

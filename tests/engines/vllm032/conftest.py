@@ -63,12 +63,6 @@ class EngineRun:
         return Samples(self.account["kvobs"])
 
     @property
-    def durations(self) -> Samples:
-        """Where the worker's transfer durations are exported: the worker's own endpoint
-        in the multi-process engine, the engine's in the single-process one."""
-        return Samples(self.account.get("kvobs_worker", self.account["kvobs"]))
-
-    @property
     def events(self) -> dict[str, int]:
         return self.account["events"]
 

@@ -467,6 +467,8 @@ def main() -> None:
         p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
     if args.mode == "single":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    else:  # the worker's opt-in endpoint too (its shards' device times)
+        os.environ["KVOBS_WORKER_METRICS"] = "1"
     args.workdir.mkdir(parents=True, exist_ok=True)
     run(args.mode, args.out, args.workdir)
 

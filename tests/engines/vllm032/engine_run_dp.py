@@ -45,8 +45,9 @@ from engine_run import (  # a sibling module: this file runs as a script
 
 HERE = Path(__file__).resolve().parent
 DP = 2
-#: kvobs's endpoints for ``DP`` ranks of one worker each: engine core ``base + rank``,
-#: worker ``base + 100 + rank`` (see ``kvobs.adapters.vllm.plugin``).
+#: Ports kept free for ``DP`` ranks of one worker each: kvobs's endpoint of each engine
+#: core, ``base + rank``, and the opt-in worker endpoints, ``base + 100 + rank`` (which
+#: must stay unserved: see ``kvobs.adapters.vllm.plugin``).
 OFFSETS = tuple(range(DP)) + tuple(100 + rank for rank in range(DP))
 
 

@@ -140,15 +140,22 @@ def test_transfers_are_vllms_offload_counters(engine: EngineRun, kind: str) -> N
 
 @pytest.mark.parametrize("kind", sorted(DIRECTIONS))
 def test_transfer_durations_are_the_workers_timings(engine: EngineRun, kind: str) -> None:
-    """The duration histogram comes from the worker (its own endpoint when it is a process
-    of its own): one sample per job, summing to vLLM's offload time."""
+    """The engine's endpoint has the duration histogram, whatever the executor: one sample
+    per job, from the times vLLM's worker sends the engine core, summing to vLLM's
+    offload time. The multi-process run also asks for the worker's own endpoint
+    (``KVOBS_WORKER_METRICS=1``): one shard sample per job, the same times."""
     src, dst, _ = DIRECTIONS[kind]
     link = {"src_tier": src, "dst_tier": dst}
-    durations, vllm = engine.durations, engine.vllm
-    assert durations.total("kvobs_transfer_duration_seconds_count", **link) == \
-        vllm.total(f"vllm:kv_offload_{kind}_size_count") > 0
-    assert durations.total("kvobs_transfer_duration_seconds_sum", **link) == \
-        pytest.approx(vllm.total(f"vllm:kv_offload_{kind}_time_total"), rel=1e-9)
+    vllm = engine.vllm
+    jobs, seconds = (vllm.total(f"vllm:kv_offload_{kind}_size_count"),
+                     vllm.total(f"vllm:kv_offload_{kind}_time_total"))
+    histograms = [("kvobs_transfer_duration_seconds", engine.kvobs)]
+    if engine.mode == "multi":
+        histograms.append(("kvobs_transfer_shard_duration_seconds",
+                           Samples(engine.account["kvobs_worker"])))
+    for name, samples in histograms:
+        assert samples.total(f"{name}_count", **link) == jobs > 0, name
+        assert samples.total(f"{name}_sum", **link) == pytest.approx(seconds, rel=1e-9), name
 
 
 def test_host_stores_are_the_blocks_that_landed(engine: EngineRun) -> None:
@@ -206,11 +213,12 @@ def test_one_label_set_per_engine_whatever_the_executor(engine: EngineRun) -> No
              if sample == "kvobs_part_enabled"}
     assert {"gpu_tier", "lookups", "host_tier", "step_timing", "transfers"} <= set(parts)
     assert set(parts.values()) == {1}
-    if engine.mode == "multi":  # the worker's own endpoint: its durations, with its rank
+    if engine.mode == "multi":  # the worker's opt-in endpoint: shard times, with its rank
         worker = Samples(engine.account["kvobs_worker"])
         assert {labels - OWN_LABELS for labels in worker.label_sets("kvobs_transfer")} == \
             {frozenset(ENGINE_LABELS | {"tp_rank"})}
-        assert not worker.has("kvobs_transfer_bytes_total")  # counted once, by the engine
+        for counted in ("kvobs_transfer_bytes_total", "kvobs_transfer_duration_seconds_count"):
+            assert not worker.has(counted)  # counted once, by the engine
 
 
 # -- after every step -----------------------------------------------------------------------

@@ -3,10 +3,10 @@ real data-parallel engine.
 
 vLLM's data-parallel engine (``engine_run_dp.py``: ``AsyncLLM`` with
 ``data_parallel_size=2`` as ``vllm serve`` runs it; per rank an engine-core and a worker
-process, kvobs in all four) runs a workload pinned per rank with a configured prefill
-cost, while a real Prometheus scrapes the four kvobs endpoints every second with the
-shipped recording rules loaded (the engine holds before its first request and after its
-last, as in ``test_vllm_net_benefit.py``).
+process, kvobs enabled in all four) runs a workload pinned per rank with a configured
+prefill cost, while a real Prometheus scrapes the two kvobs endpoints, one per engine,
+every second with the shipped recording rules loaded (the engine holds before its first
+request and after its last, as in ``test_vllm_net_benefit.py``).
 
 Truth is vLLM's own registry, which keeps each rank apart (its ``engine`` label): per
 rank, its external (host) prefix-cache hit tokens times the configured cost is the
@@ -17,6 +17,7 @@ onload time; nothing may be counted twice across ranks or processes.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ FLEET = "model:kvobs_host_pool_net_benefit_seconds:rate5m"
 @dataclass(frozen=True)
 class Endpoints:
     """kvobs's documented endpoints of a DP engine with one worker per rank: the engine
-    core of rank r on ``base + r``, its worker on ``base + 100 + r``."""
+    core of rank r on ``base + r``; its worker's (opt-in, not asked for here) would be
+    ``base + 100 + r``."""
 
     base: int
 
@@ -56,8 +58,7 @@ class Endpoints:
 
     def ranks(self) -> dict[str, tuple[str, str | None]]:
         """Per endpoint, the ``(dp_rank, tp_rank)`` its series must carry."""
-        return {**{self.core(r): (str(r), None) for r in range(DP)},
-                **{self.worker(r): (str(r), "0") for r in range(DP)}}
+        return {self.core(r): (str(r), None) for r in range(DP)}
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,12 @@ def test_net_benefit_per_rank_is_the_ranks_saving_minus_its_onload_time(
     # Every process serves its own rank on its own documented port: kvobs reads the rank
     # vLLM keeps for a dense model's independent DP ranks (data_parallel_index).
     assert ranks == {endpoint: {pair} for endpoint, pair in ports.ranks().items()}
-    # One answer per rank, from its engine core (a worker counts neither side).
+    # No worker serves an endpoint unless asked (KVOBS_WORKER_METRICS).
+    for rank in range(DP):
+        host, port = ports.worker(rank).split(":")
+        with pytest.raises(OSError):
+            socket.create_connection((host, int(port)), timeout=1).close()
+    # One answer per rank, from its engine core.
     assert sorted(net) == sorted(ports.core(r) for r in range(DP)), rows
     truth = {rank: (vllm.total("vllm:external_prefix_cache_hits_total", engine=str(rank))
                     * COST, vllm.total("vllm:kv_offload_load_time_total", engine=str(rank)))
