@@ -13,7 +13,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from .panels import Query, Section, kvobs_dashboard, stat, timeseries
-from .queries import quantile, rate, ratio, series, sum_by
+from .queries import ENGINE_PROCESS, quantile, rate, ratio, series, sum_by
 
 UID = "kvobs-fleet"
 TITLE = "kvobs / Fleet"
@@ -25,9 +25,12 @@ def _overview() -> Section:
     tokens = rate("kvobs_lookup_tokens_total")
     return Section("Fleet overview", [
         stat("Engine instances reporting",
-             "Instances whose kvobs exporter reported lookups in the rate window, per model.",
+             "Engines whose kvobs exporter reports KV cache tiers, per model: one per engine "
+             "(a vLLM engine core; a tensor-parallel group's rank 0). A vLLM worker's "
+             "opt-in endpoint has no tiers and is not an engine.",
              "short",
-             [Query(f"count by (model) ({sum_by(_BY, rate('kvobs_lookups_total'))})",
+             [Query("count by (model) "
+                    f"({sum_by(_BY, series('kvobs_tier_capacity_blocks', ENGINE_PROCESS))})",
                     "{{model}}")]),
         stat("Fleet capacity per tier",
              "Bytes of KV data all selected instances can hold, per tier.",
