@@ -505,7 +505,9 @@ class Recorder:
 
         Tokens not found in any tier are misses. Hits beyond ``tokens`` raise ``tokens``
         so that the outcomes always sum to the looked-up tokens. Host and disk hits
-        count as saved prefill at the current :attr:`prefill_cost`. ``keys``, the
+        count as saved prefill at the current :attr:`prefill_cost`; while it is unknown
+        they are held and credited at the first cost known
+        (:meth:`~kvobs.benefit.PrefillCost.hold`). ``keys``, the
         prompt's block keys in order (GPU blocks), feed the reuse-distance profile
         (:mod:`kvobs.reuse`) and the trace, if one is open.
         """
@@ -518,6 +520,8 @@ class Recorder:
         self.host_hit_tokens += host_hit
         self.disk_hit_tokens += disk_hit
         cost = self.prefill_cost.seconds_per_token
+        if not cost and (host_hit or disk_hit):
+            cost = self.prefill_cost.hold(host_hit, disk_hit)  # unknown: the first cost's
         if cost:
             self.host_saved_s += host_hit * cost
             self.disk_saved_s += disk_hit * cost
@@ -592,6 +596,8 @@ class Recorder:
         tally[3] += host_hit
         tally[4] += disk_hit
         cost = self.prefill_cost.seconds_per_token
+        if not cost and (host_hit or disk_hit):
+            cost = self.prefill_cost.hold(host_hit, disk_hit)
         if cost:
             self.host_saved_s += host_hit * cost
             self.disk_saved_s += disk_hit * cost
@@ -679,7 +685,8 @@ class Recorder:
         relookups = None if self.relookups is None else LookupSnapshot(*self.relookups)
         links = self.links
         cost = self.prefill_cost
-        benefit = BenefitSnapshot(self.host_saved_s, self.disk_saved_s,
+        benefit = BenefitSnapshot(self.host_saved_s + cost.backlog_host_s,
+                                  self.disk_saved_s + cost.backlog_disk_s,
                                   cost.seconds_per_token, cost.source, cost.relative_error)
         profile = self.reuse
         reuse = None if profile is None else ReuseSnapshot(

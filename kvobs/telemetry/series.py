@@ -80,7 +80,8 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
     benefit = snap.benefit
     add("kvobs_prefill_saved_seconds_total", {"tier": "host"}, benefit.host_saved_s)
     add("kvobs_prefill_saved_seconds_total", {"tier": "disk"}, benefit.disk_saved_s)
-    add("kvobs_prefill_cost_seconds", {}, benefit.prefill_seconds_per_token)
+    if benefit.prefill_cost_source != "none":  # unknown is a gap, not a cost of 0
+        add("kvobs_prefill_cost_seconds", {}, benefit.prefill_seconds_per_token)
     add("kvobs_prefill_cost_info", {"source": benefit.prefill_cost_source}, 1)
     if benefit.prefill_cost_relative_error != float("inf"):  # only once a fit was made
         add("kvobs_prefill_cost_relative_error", {}, benefit.prefill_cost_relative_error)

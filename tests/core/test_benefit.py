@@ -87,16 +87,16 @@ def test_too_few_prefill_steps_measure_nothing_and_a_measured_cost_replaces_a_co
 def test_saved_seconds_need_a_known_cost_and_count_host_and_disk_hits():
     rec = Recorder()
     rec.lookup(1000, host_hit=500)
-    assert rec.snapshot().benefit.host_saved_s == 0.0  # unknown cost: nothing claimed
-    rec.prefill_cost.set(2e-5)
+    assert rec.snapshot().benefit.host_saved_s == 0.0  # unknown cost: nothing claimed yet
+    rec.prefill_cost.set(2e-5)  # ... and the 500 held tokens credited at the first cost
     rec.lookup(1000, gpu_hit=100, host_hit=300, disk_hit=200)
     benefit = rec.snapshot().benefit
-    assert benefit.host_saved_s == pytest.approx(300 * 2e-5)
+    assert benefit.host_saved_s == pytest.approx((500 + 300) * 2e-5)
     assert benefit.disk_saved_s == pytest.approx(200 * 2e-5)
     with capture_telemetry(rec) as telemetry:
         assert telemetry.value("kvobs_prefill_cost_info", source="configured") == 1
         assert telemetry.value("kvobs_prefill_saved_seconds_total", tier="host") == \
-            pytest.approx(6e-3)
+            pytest.approx(1.6e-2)
 
 
 @pytest.fixture(scope="module")
