@@ -79,6 +79,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -132,6 +133,8 @@ class _Enabled:
             rec = Recorder(engine="vllm", model=model, labels=labels)
             rec.add_source(gate.info_source("vllm", self.parts))
             settings = _plugin.settings(_log, host_logger="vllm")
+            if "tp_rank" in labels:  # a worker's opt-in endpoint: no tiers to summarise
+                settings = dataclasses.replace(settings, summary_interval_s=0)
             self.telemetry = _plugin.start_telemetry(rec, _log, port_offset, config=settings,
                                                      host_logger="vllm")
             _open_trace(rec, labels, settings)

@@ -214,6 +214,7 @@ def test_an_opted_in_worker_process_exports_shard_timings_with_its_ranks(loaded,
     on timing-only links, as ``kvobs_transfer_shard_duration_seconds`` labelled dp_rank
     and tp_rank; no transfer counters and no engine-level duration histogram."""
     monkeypatch.setenv("KVOBS_WORKER_METRICS", "1")
+    monkeypatch.setenv("KVOBS_SUMMARY_INTERVAL_S", "60")  # an engine's summary: not a worker's
     engine = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
     plugin.disable()  # the scheduler above lives "in another process"
     vllm.plugins.plugins_loaded = False
@@ -222,6 +223,7 @@ def test_an_opted_in_worker_process_exports_shard_timings_with_its_ranks(loaded,
     connector = worker_connector(engine)
     state = plugin.state()
     assert state.schedulers == 0 and state.recorder.labels == {"dp_rank": "0", "tp_rank": "0"}
+    assert state.telemetry.summary is None  # no tiers here: no empty kv_cache_summary
     driver = WorkerLoop(engine, connector)
     for conv in range(3):
         driver.add(f"c{conv}", [conv * 1000 + i for i in range(100)], max_tokens=3)
