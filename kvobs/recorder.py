@@ -382,6 +382,8 @@ class Recorder:
             (:mod:`kvobs.reuse`).
         residency_rate: fraction of keyed blocks whose residency is sampled
             (:mod:`kvobs.residency`).
+        exclusive_tiers: a block lives in one tier at a time, so the cache holds the
+            sum of the tiers' blocks (default: inclusive tiers, the largest tier's).
     """
 
     def __init__(
@@ -393,6 +395,7 @@ class Recorder:
         labels: Mapping[str, str] | None = None,
         profile_reuse: bool = True,
         residency_rate: float = 1 / 16,
+        exclusive_tiers: bool = False,
     ) -> None:
         self.engine = engine
         self.model = model
@@ -415,6 +418,7 @@ class Recorder:
         #: adapter that tells them apart calls :meth:`track_relookups`
         self.relookups: list[int] | None = None  # [lookups, tokens, gpu, host, disk hits]
         self.profile_reuse = profile_reuse
+        self.exclusive_tiers = exclusive_tiers
         self.reuse: ReuseProfile | None = None
         self.trace: TraceWriter | None = None
         #: blocks written since the last keyed lookup, in order (one list for the
@@ -627,8 +631,11 @@ class Recorder:
                             rate: float | None = None) -> ReuseProfile | None:
         """Start the reuse-distance profile (the first keyed lookup does it with defaults).
 
-        ``capacity_blocks`` defaults to every registered tier's capacity in tokens over
-        the GPU tier's block size (lookup keys are GPU blocks): GPU + host (+ disk).
+        ``capacity_blocks`` defaults to the distinct blocks the registered tiers hold, in
+        tokens over the GPU tier's block size (lookup keys are GPU blocks): the largest
+        tier's where the tiers keep copies of each other (inclusive, every engine kvobs
+        reads: a block offloaded to the host stays on the GPU until evicted there), their
+        sum where a block lives in one tier at a time (``exclusive_tiers``).
         Returns None when no tier is registered yet.
         """
         with self._setup_lock:
@@ -639,7 +646,8 @@ class Recorder:
                         return None
                     block = self._tiers[GPU].block_tokens if GPU in self._tiers \
                         else tiers[0].block_tokens
-                    tokens = sum(t.capacity_blocks * t.block_tokens for t in tiers)
+                    held = [t.capacity_blocks * t.block_tokens for t in tiers]
+                    tokens = sum(held) if self.exclusive_tiers else max(held)
                     capacity_blocks = max(tokens // max(block, 1), 1)
                 self.reuse = ReuseProfile(capacity_blocks, rate=rate)
             return self.reuse

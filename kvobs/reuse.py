@@ -120,8 +120,8 @@ class ReuseProfile:
     distinct blocks have been tracked, sampled from then on.
 
     Args:
-        capacity_blocks: the configured cache size (GPU + host) in lookup blocks; the
-            exported buckets are :data:`BUCKET_FACTORS` times it.
+        capacity_blocks: the configured cache size (the distinct blocks the tiers hold)
+            in lookup blocks; the exported buckets are :data:`BUCKET_FACTORS` times it.
         rate: the lowest tracked share, and the unit of the counts, in [2**-24, 1] (taken
             to the nearest multiple of 2**-24, the sampling hash's resolution); default
             :func:`default_rate`.

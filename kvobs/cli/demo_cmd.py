@@ -216,7 +216,10 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_format, stream=log_stream)
     logger = structlog.get_logger("kvobs")
-    recorder = Recorder(engine="kvobs-demo", model=layout.name, thrash_window_s=args.thrash_window)
+    # the reference pool copies a block to the host when the GPU evicts it: (nearly) one
+    # tier at a time, so the cache holds GPU + host blocks
+    recorder = Recorder(engine="kvobs-demo", model=layout.name, thrash_window_s=args.thrash_window,
+                        exclusive_tiers=True)
     plan = CapacityPlan.from_blocks(
         layout,
         {"gpu": args.gpu_blocks, "host": args.host_blocks},
