@@ -16,6 +16,7 @@ from grafanalib.core import Dashboard
 from .curve import Marker, xy_curve
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
+from .recording_rules import PROCESS
 
 UID = "kvobs-host-pool"
 TITLE = "kvobs / Host pool health"
@@ -39,18 +40,39 @@ def _whatif_curve() -> str:
 PER_SECOND = "s/s"
 
 
+#: When the saving panels have no value, and what to do about it.
+COST_UNKNOWN = ("while the prefill cost is unknown (kvobs_prefill_cost_info source none): set "
+                "KVOBS_PREFILL_SECONDS_PER_TOKEN, or wait for the measured cost. The host "
+                "hits of that time are credited at the first cost once one is known (a step "
+                "in the saved seconds).")
+
+
+def _where_known(expr: str) -> str:
+    """``expr`` (a rate per process) where that process's prefill cost is known."""
+    known = series("kvobs_prefill_cost_info", 'source!="none"')
+    return f"{expr}\n  and on ({PROCESS}) ({known} > 0)"
+
+
+def _saved() -> str:
+    """Prefill seconds per second the host hits save, over the processes whose prefill
+    cost is known: no value while none is (a gap, not 0 s saved; the counter stays at 0
+    until a cost credits the hits held meanwhile, :mod:`kvobs.benefit`)."""
+    return sum_by("", _where_known(rate("kvobs_prefill_saved_seconds_total", _HOST)))
+
+
 def _net_benefit(saved: str) -> str:
-    """The net benefit rule's formula over the dashboard's filters: no value where the
-    prefill cost or the onload seconds are unknown (see recording_rules)."""
-    seconds = sum_by("", rate("kvobs_transfer_seconds_total", *_ONLOAD))
-    blocks = sum_by("", rate("kvobs_transfer_blocks_total", *_ONLOAD))
-    known = sum_by("", series("kvobs_prefill_cost_info", 'source!="none"'))
+    """The net benefit rule's formula over the dashboard's filters, summed over the
+    processes whose prefill cost is known (their saving against their onloads): no
+    value where the prefill cost (``saved`` has none then) or the onload seconds are
+    unknown (see recording_rules)."""
+    seconds = sum_by("", _where_known(rate("kvobs_transfer_seconds_total", *_ONLOAD)))
+    blocks = sum_by("", _where_known(rate("kvobs_transfer_blocks_total", *_ONLOAD)))
     onload = f"(({seconds}) > 0 or ({seconds}) and (({blocks}) == 0))"
-    return f"({saved} - {onload})\nand ({known} > 0)"
+    return f"{saved}\n- {onload}"
 
 
 def _verdict() -> Section:
-    saved = sum_by("", rate("kvobs_prefill_saved_seconds_total", _HOST))
+    saved = _saved()
     onload = sum_by("", rate("kvobs_transfer_seconds_total", *_ONLOAD))
     wasted = sum_by("", rate("kvobs_offloaded_evicted_unused_blocks_total"))
     offloaded = sum_by("", rate("kvobs_transfer_blocks_total", *_OFFLOAD))
@@ -60,17 +82,19 @@ def _verdict() -> Section:
         stat("Net benefit",
              "The verdict: the host pool saves 'saves' seconds of prefill per second (its "
              "hits' tokens x the prefill cost per token) for 'onload' seconds of onload per "
-             "second (the onloads' device time); 'net' is the difference. Below zero the "
-             "host pool adds latency (alert KvobsHostPoolCostsMoreThanItSaves). No value "
-             "where either side is unknown: no prefill cost (kvobs_prefill_cost_info "
-             "source none), or onloads the engine does not time.",
+             "second (the onloads' device time); 'net' is the difference, over the "
+             "processes whose prefill cost is known. Below zero the "
+             "host pool adds latency (alert KvobsHostPoolCostsMoreThanItSaves). 'net' has "
+             "no value where the engine does not time its onloads; 'saves' and 'net' none "
+             + COST_UNKNOWN,
              PER_SECOND,
              [Query(saved, "saves"), Query(onload, "onload"), Query(_net_benefit(saved), "net")]),
         timeseries("Prefill saved vs onload time",
                    "Seconds per second. Saved: host-hit tokens x prefill cost per token "
                    "(kvobs_prefill_cost_info says whether the cost is measured, modelled or "
                    "configured). Onload: device seconds of host → gpu transfers, each "
-                   "transfer once (tensor-parallel shards: their mean).",
+                   "transfer once (tensor-parallel shards: their mean). No 'prefill saved' "
+                   "line " + COST_UNKNOWN,
                    PER_SECOND,
                    [Query(saved, "prefill saved"), Query(onload, "onload")],
                    axis_label="seconds per second"),

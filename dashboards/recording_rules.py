@@ -30,9 +30,12 @@ def host_pool_net_benefit(by: str, window: str) -> str:
     onloads, counted in the same process, always join).
 
     No sample where either side is unknown, never a guess: the prefill cost is unknown
-    (``source="none"``), the onload series is absent, or blocks were onloaded in the
-    window without any onload seconds (an engine that does not time its copies, e.g.
-    SGLang without CUDA timing events). A window without onloads costs 0 s.
+    (``source="none"``, or no ``kvobs_prefill_cost_info`` at all), the onload series is
+    absent, or blocks were onloaded in the window without any onload seconds (an engine
+    that does not time its copies, e.g. SGLang without CUDA timing events). A window
+    without onloads costs 0 s. While the cost is unknown the saving counter stays at 0
+    and the hits are held (:mod:`kvobs.benefit`): the first cost credits them in one
+    step, so the windows that hold that step answer with the held saving as well.
     """
     saved = f'sum by ({by}) (rate(kvobs_prefill_saved_seconds_total{{tier="host"}}[{window}]))'
     seconds = f"sum by ({by}) (rate(kvobs_transfer_seconds_total{{{_ONLOAD}}}[{window}]))"

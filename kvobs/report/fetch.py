@@ -24,8 +24,13 @@ from kvobs.report.prometheus_api import PrometheusClient, QueryFailed, Series
 from kvobs.tiers import tier_order
 
 #: Queries (by legend) whose answer may be unknown, with the note drawn instead: the
-#: host pool's net benefit has no value without a prefill cost or timed onloads.
-MAY_BE_UNKNOWN = {"net": "net: unknown (no prefill cost known, or onloads without seconds)"}
+#: host pool's net benefit has no value without a prefill cost or timed onloads, its
+#: saving none without a prefill cost (:mod:`kvobs.report.verdict` says what to do).
+MAY_BE_UNKNOWN = {
+    "net": "net: unknown (no prefill cost known, or onloads without seconds)",
+    "saves": "saves: unknown (no prefill cost known yet)",
+    "prefill saved": "prefill saved: unknown (no prefill cost known yet)",
+}
 
 
 class ReportError(KvobsError):

@@ -1,15 +1,19 @@
 """The host pool's verdict in words, from the *Net benefit* panel's latest values.
 
 The host-pool dashboard's verdict panel has three queries: ``saves`` (prefill seconds
-per second its hits save), ``onload`` (onload seconds per second they cost) and ``net``
-(the difference, absent where either side is unknown). The report writes them as one
-sentence a person reads at a glance.
+per second its hits save, absent while no prefill cost is known), ``onload`` (onload
+seconds per second they cost) and ``net`` (the difference, absent where either side is
+unknown). The report writes them as one sentence a person reads at a glance; an unknown
+saving is said to be unknown, with what to do about it, never 0.
 
 Example:
     >>> sentence({"saves": 0.13, "onload": 0.004, "net": 0.126})
     'the host pool saves 0.13 s of prefill per second for 0.004 s of onload (net +0.126 s/s)'
-    >>> sentence({"saves": 0.0, "onload": 0.004}).split(" (")[0]
+    >>> sentence({"saves": 0.13, "onload": 0.0}).split(" (")[0]
     "the host pool's net benefit is unknown"
+    >>> said = sentence({"onload": 0.004}, cost_unknown=True)
+    >>> said.split(" (")[0], "KVOBS_PREFILL_SECONDS_PER_TOKEN" in said
+    ("the host pool's net benefit is unknown: no prefill cost is known yet", True)
     >>> sentence({"onload": 0.004}) is None
     True
 """
@@ -18,33 +22,42 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvobs.report.fetch import PanelData
+from kvobs.report.fetch import MAY_BE_UNKNOWN, PanelData
 
 #: The legends of the verdict panel's queries.
 SAVES, ONLOAD, NET = "saves", "onload", "net"
+#: What to do while the prefill cost is unknown (:mod:`kvobs.benefit`).
+COST_HINT = ("set KVOBS_PREFILL_SECONDS_PER_TOKEN to the engine's prefill seconds per prompt "
+             "token, or wait for the measured cost")
 
 
 def _seconds(value: float) -> str:
     return f"{value:.3g}"
 
 
-def sentence(latest: Mapping[str, float]) -> str | None:
-    """The verdict from the latest ``saves`` / ``onload`` / ``net`` values (None: the
-    saving or the onload time is unknown, e.g. no prefill cost is known)."""
-    if SAVES not in latest or ONLOAD not in latest:
+def sentence(latest: Mapping[str, float], cost_unknown: bool = False) -> str | None:
+    """The verdict from the latest ``saves`` / ``onload`` / ``net`` values;
+    ``cost_unknown``: the ``saves`` query had no value, no prefill cost being known
+    (None: not the verdict panel, or its onload time is unknown too)."""
+    onload = latest.get(ONLOAD)
+    if cost_unknown:
+        said = "" if onload is None else f"; {_seconds(onload)} s of onload per second"
+        return (f"the host pool's net benefit is unknown: no prefill cost is known yet "
+                f"({COST_HINT}){said}")
+    if SAVES not in latest or onload is None:
         return None
-    saves, onload, net = _seconds(latest[SAVES]), _seconds(latest[ONLOAD]), latest.get(NET)
+    saves, net = _seconds(latest[SAVES]), latest.get(NET)
     if net is None:
-        return ("the host pool's net benefit is unknown (no prefill cost known, or onloads "
-                f"the engine does not time): {saves} s of prefill saved per second, {onload} "
-                "s of onload")
-    return (f"the host pool saves {saves} s of prefill per second for {onload} s of onload "
-            f"(net {net:+.3g} s/s)")
+        return ("the host pool's net benefit is unknown (onloads the engine does not time): "
+                f"{saves} s of prefill saved per second, {_seconds(onload)} s of onload")
+    return (f"the host pool saves {saves} s of prefill per second for {_seconds(onload)} s "
+            f"of onload (net {net:+.3g} s/s)")
 
 
 def panel_verdict(panel: PanelData) -> str | None:
-    """The sentence for a panel with ``saves`` and ``onload`` queries, else None."""
+    """The sentence for a panel with ``saves`` and ``onload`` queries (``saves`` noted
+    unknown by the fetch where it had no value), else None."""
     latest = {target.legend_format: series.finite_samples[-1][1]
               for target in panel.targets for series in target.series[:1]
               if series.finite_samples}
-    return sentence(latest)
+    return sentence(latest, cost_unknown=MAY_BE_UNKNOWN[SAVES] in panel.notes)

@@ -22,10 +22,11 @@ HIT_RATIO = {int(le): min(1.0, 0.1 + 0.1 * i) for i, le in
 
 
 class Answers:
-    """Prometheus's answers to the host-pool dashboard's queries, by what they ask for."""
+    """Prometheus's answers to the host-pool dashboard's queries, by what they ask for
+    (``saves`` None: no prefill cost is known, so the saving and the net have no value)."""
 
-    def __init__(self, net: float | None) -> None:
-        self.net = net
+    def __init__(self, net: float | None, saves: float | None = 0.13) -> None:
+        self.net, self.saves = net, saves
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         def one(value: float, **labels: str) -> Series:
@@ -34,10 +35,13 @@ class Answers:
         flat = " ".join(expr.split())
         if "kvobs_reuse_sampled_references_total" in flat:
             return [one(HIT_RATIO[int(le)], le=le) for le in SIZES_IN_TEXT_ORDER]
-        if "kvobs_prefill_cost_info" in flat:  # the net benefit
-            return [] if self.net is None else [one(self.net)]
-        if flat.startswith("sum(rate(kvobs_prefill_saved_seconds_total"):
-            return [one(0.13)]
+        saving = flat.startswith("sum(rate(kvobs_prefill_saved_seconds_total")
+        if saving:  # the saving, and the net benefit: where a prefill cost is known
+            assert 'kvobs_prefill_cost_info{' in flat and 'source!="none"' in flat
+        if saving and "kvobs_transfer_seconds_total" in flat:  # the net benefit
+            return [] if self.net is None or self.saves is None else [one(self.net)]
+        if saving:
+            return [] if self.saves is None else [one(self.saves)]
         if flat.startswith("sum(rate(kvobs_transfer_seconds_total"):
             return [one(0.004)]
         if "kvobs_tier_capacity_blocks" in flat and "kvobs_tier_resident" not in flat:
@@ -47,9 +51,10 @@ class Answers:
         return [one(0.5)]
 
 
-def panels(net: float | None) -> dict[str, PanelData]:
+def panels(net: float | None, saves: float | None = 0.13) -> dict[str, PanelData]:
     board = dashboard_json("kvobs-host-pool")
-    fetched = fetch_panels(Answers(net), board, {}, 0.0, 60.0, 15.0)  # type: ignore[arg-type]
+    fetched = fetch_panels(Answers(net, saves), board, {}, 0.0, 60.0,  # type: ignore[arg-type]
+                           15.0)
     return {p.title: p for p in fetched}
 
 
@@ -82,8 +87,25 @@ def test_an_unknown_net_benefit_is_unknown_not_an_error_nor_a_number() -> None:
     assert [t.legend_format for t in verdict.targets] == ["saves", "onload"]
     assert verdict.notes == ["net: unknown (no prefill cost known, or onloads without seconds)"]
     assert verdicts([verdict]) == [
-        "the host pool's net benefit is unknown (no prefill cost known, or onloads the engine "
-        "does not time): 0.13 s of prefill saved per second, 0.004 s of onload"]
+        "the host pool's net benefit is unknown (onloads the engine does not time): 0.13 s "
+        "of prefill saved per second, 0.004 s of onload"]
+
+
+def test_an_unknown_prefill_cost_is_unknown_with_what_to_do_never_0_saved() -> None:
+    """Issue 46: the first minutes of a measured cost. The saving has no value (a gap),
+    and the verdict says how to get one."""
+    got = panels(None, saves=None)
+    verdict, over_time = got["Net benefit"], got["Prefill saved vs onload time"]
+    assert [t.legend_format for t in verdict.targets] == ["onload"]
+    assert verdict.notes == ["saves: unknown (no prefill cost known yet)",
+                             "net: unknown (no prefill cost known, or onloads without seconds)"]
+    assert [t.legend_format for t in over_time.targets] == ["onload"]  # no line at 0
+    assert over_time.notes == ["prefill saved: unknown (no prefill cost known yet)"]
+    assert verdicts(list(got.values())) == [
+        "the host pool's net benefit is unknown: no prefill cost is known yet (set "
+        "KVOBS_PREFILL_SECONDS_PER_TOKEN to the engine's prefill seconds per prompt token, "
+        "or wait for the measured cost); 0.004 s of onload per second"]
+    assert "KVOBS_PREFILL_SECONDS_PER_TOKEN" in over_time.description
 
 
 @pytest.mark.parametrize(("title", "unit"), [
