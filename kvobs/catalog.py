@@ -248,29 +248,34 @@ METRICS: tuple[MetricSpec, ...] = (
         "s",
         _T,
         "Prefill compute seconds saved by hits in a slower tier (host, disk), re-lookups of "
-        "preempted requests included: hit tokens x the prefill cost per token. Compare with "
+        "preempted requests included: hit tokens x the prefill cost per token; hits met "
+        "while no cost was known are credited at the first one, in one step. Compare with "
         "the onload transfers' seconds.",
     ),
     _g(
         "kvobs_prefill_cost_seconds",
         "s",
         (),
-        "Prefill compute seconds per prompt token used for the saved seconds.",
+        "Prefill compute seconds per prompt token used for the saved seconds; absent while "
+        "none is known (kvobs_prefill_cost_info source none).",
     ),
     _g(
         "kvobs_prefill_cost_info",
         "1",
         ("source",),
         "Where the prefill cost per token comes from (value 1): measured (fit of engine "
-        "step times), modelled (a simulation), configured, or none (nothing is counted).",
+        "step times), modelled (a simulation), configured, or none (hits are held and "
+        "counted as saved once a cost is known: set KVOBS_PREFILL_SECONDS_PER_TOKEN, or "
+        "wait for the measured one).",
     ),
     _g(
         "kvobs_prefill_cost_relative_error",
         "1",
         (),
         "Relative standard error of the measured prefill cost fit (present once a fit "
-        "was made). Above 0.1 the fit is not used: the cost falls back to configured or "
-        "none.",
+        "was made; from the noisier of all steps and the steps with prefill, at Student's "
+        "t for few of them). Above 0.1 the fit is not used: the cost falls back to "
+        "configured or none.",
     ),
     _c(
         "kvobs_reuse_references_total",
