@@ -14,7 +14,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
-from .queries import quantile, rate, ratio, series, sum_by
+from .queries import ENGINE_PROCESS, quantile, rate, ratio, series, sum_by
 
 UID = "kvobs-tiers"
 TITLE = "kvobs / KV cache tiers"
@@ -67,7 +67,9 @@ def _capacity() -> Section:
 
 
 def _lookups() -> Section:
-    tokens = rate("kvobs_lookup_tokens_total")
+    # an engine's lookups once: tensor-parallel ranks of one engine (SGLang, LMCache) each
+    # see the whole batch
+    tokens = rate("kvobs_lookup_tokens_total", ENGINE_PROCESS)
     return Section("Where lookups were served", [
         timeseries("Lookup tokens by outcome",
                    "Prompt tokens per second by where their KV data was found: gpu_hit (free), "
@@ -80,14 +82,15 @@ def _lookups() -> Section:
                    "miss ratio. A high host_hit share means the host pool saves prefill work.",
                    "percentunit",
                    [Query(ratio(sum_by("outcome", rate("kvobs_lookup_tokens_total",
-                                                       'outcome=~".+_hit"')),
+                                                       'outcome=~".+_hit"', ENGINE_PROCESS)),
                                 sum_by("", tokens), "ignoring (outcome) group_left ()"),
                           "{{outcome}}")],
                    ratio=True),
         timeseries("Lookups per second",
                    "Prefix-cache lookups per second, one per admitted request. Together with "
                    "'Lookup tokens by outcome' it gives the prompt tokens per request.",
-                   "short", [Query(sum_by("", rate("kvobs_lookups_total")), "lookups/s")],
+                   "short", [Query(sum_by("", rate("kvobs_lookups_total", ENGINE_PROCESS)),
+                                    "lookups/s")],
                    axis_label="lookups/s"),
     ])
 
