@@ -5,7 +5,7 @@ stat panel draws as a bar each, in text order. Here the curve's query runs as an
 table, the label becomes a number, the rows are sorted by it, and the XY chart's first
 series draws them as one line: x = the label, y = the value.
 
-Each marker (the engine's GPU pool, GPU + host) is a size on that axis, drawn as a
+Each marker (the engine's GPU pool, all its tiers) is a size on that axis, drawn as a
 vertical line across the 0-1 value axis: its query returns the size twice, on rows
 labelled ``y="0"`` and ``y="1"`` (:func:`vertical_line`), and a series of its own draws
 that frame with x = the value, y = the label. (Grafana's trend panel draws one frame,

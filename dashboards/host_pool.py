@@ -103,21 +103,23 @@ def _verdict() -> Section:
                  "that many blocks (GPU blocks; x axis in powers of two), from the sampled "
                  "reuse-distance profile over the last hour: one curve, sizes in numeric "
                  "order. The vertical lines mark the engine's sizes: GPU (dashed, "
-                 "kvobs_tier_capacity_blocks) and GPU+host (dotted, "
-                 "kvobs_reuse_capacity_blocks, the 1x point); the stat 'Cache sizes' "
-                 "beside it gives their numbers. `kvobs whatif --prometheus` answers for "
-                 "any size and in GiB.",
+                 "kvobs_tier_capacity_blocks) and all tiers (dotted, "
+                 "kvobs_reuse_capacity_blocks, the 1x point): the distinct blocks the tiers "
+                 "hold, the largest tier's where they keep copies of each other (vLLM, "
+                 "SGLang, LMCache), their sum where a block lives in one tier at a time (the "
+                 "reference pool). The stat 'Cache sizes' beside it gives their numbers. "
+                 "`kvobs whatif --prometheus` answers for any size and in GiB.",
                  "percentunit", Query(_whatif_curve(), "hit ratio"), "le",
                  "cache size (blocks)",
                  [Marker(Query(gpu_size, "GPU"), "GPU", "gpu", "dash"),
-                  Marker(Query(cache_size, "GPU + host"), "GPU+host", "host", "dot")],
+                  Marker(Query(cache_size, "all tiers"), "all tiers", "host", "dot")],
                  width=9),
         stat("Cache sizes",
              "The engine's cache sizes in GPU blocks, as marked on the what-if curve: the "
-             "GPU pool, and GPU + host (the size the reuse profile's buckets are multiples "
-             "of).",
+             "GPU pool, and the distinct blocks all tiers hold (the size the reuse "
+             "profile's buckets are multiples of).",
              "short",
-             [Query(gpu_size, "GPU"), Query(cache_size, "GPU + host")], width=3),
+             [Query(gpu_size, "GPU"), Query(cache_size, "all tiers")], width=3),
         stat("Wasted offloads",
              "Share of offloaded blocks evicted from the host before any reuse: PCIe "
              "bandwidth spent for nothing.",

@@ -1,5 +1,5 @@
 """The what-if panel as Grafana draws it: one curve over cache size in numeric order, and
-the engine's GPU and GPU + host sizes as vertical lines on it.
+the engine's GPU and all-tiers sizes as vertical lines on it.
 
 Grafana's trend panel draws one query only, so the panel is an XY chart whose series map
 one query's frame each. Without a Grafana server, the JSON is checked three ways: its
@@ -43,7 +43,7 @@ TITLE = "What-if: hit ratio by cache size"
 SIZES_IN_TEXT_ORDER = ["10240", "1280", "20480", "2560", "5120", "640"]
 GPU_BLOCKS, CACHE_BLOCKS = 512.0, 2560.0
 #: Each marker: its legend in `kvobs report`, its name in Grafana, its tier and dash.
-MARKERS = [("GPU", "GPU", "gpu", "dash"), ("GPU + host", "GPU+host", "host", "dot")]
+MARKERS = [("GPU", "GPU", "gpu", "dash"), ("all tiers", "all tiers", "host", "dot")]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_an_xy_chart_with_a_series_per_query_in_query_order(panel: dict[str, Any
     series = panel["options"]["series"]
     assert [s["frame"]["matcher"] for s in series] == [
         {"id": "byIndex", "options": i} for i in range(len(refs))]
-    assert [t["legendFormat"] for t in panel["targets"]] == ["hit ratio", "GPU", "GPU + host"]
+    assert [t["legendFormat"] for t in panel["targets"]] == ["hit ratio", "GPU", "all tiers"]
 
 
 def test_the_curve_is_one_line_over_cache_size_in_numeric_order(panel: dict[str, Any]) -> None:

@@ -70,7 +70,7 @@ def test_the_whatif_is_one_curve_in_numeric_order_with_the_sizes_marked() -> Non
         assert list(curve.get_ydata()) == [HIT_RATIO[int(x)] for x in xs]
         assert ax.get_xscale() == "log"
         assert [(m.get_label(), m.get_xdata()[0]) for m in markers] == [
-            ("GPU: 2,048 blocks", 2048), ("GPU + host: 10,240 blocks", 10240)]
+            ("GPU: 2,048 blocks", 2048), ("all tiers: 10,240 blocks", 10240)]
         assert ax.get_xlabel() == "cache size (blocks)"
     finally:
         plt.close(fig)
