@@ -15,7 +15,7 @@ from grafanalib.core import Dashboard
 
 from .curve import Marker, xy_curve
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
-from .queries import quantile, rate, ratio, series, sum_by
+from .queries import ENGINE_PROCESS, quantile, rate, ratio, series, sum_by
 from .recording_rules import PROCESS
 
 UID = "kvobs-host-pool"
@@ -188,7 +188,10 @@ def _payoff() -> Section:
 
 
 def _onloads() -> Section:
-    host_hit_tokens = sum_by("", rate("kvobs_lookup_tokens_total", 'outcome="host_hit"'))
+    # an engine's tokens once (each tensor-parallel rank sees the batch), its bytes from
+    # every rank (each moves its shard)
+    host_hit_tokens = sum_by("", rate("kvobs_lookup_tokens_total", 'outcome="host_hit"',
+                                      ENGINE_PROCESS))
     return Section("Onloads", [
         timeseries("Onload latency p50 / p99",
                    "Duration of one host → gpu transfer batch. Every host hit waits for its "

@@ -24,7 +24,8 @@ from kvobs.report.fetch import data_panels
 MINUTES = 10
 #: Lookups a minute of each engine (SGLang: each rank sees all of them).
 SGLANG_LOOKUPS, VLLM_LOOKUPS = 120, 60
-SGLANG_TOKENS, VLLM_TOKENS = 2400, 600  # looked-up tokens a minute, all misses here
+SGLANG_TOKENS, VLLM_TOKENS = 2400, 600  # missed tokens a minute
+SGLANG_HOST_TOKENS, SHARD_BYTES = 120, 6000  # SGLang's host hits; each rank onloads its shard
 
 
 def process(instance: str, engine: str, **labels: str) -> str:
@@ -47,6 +48,10 @@ def series() -> list[dict[str, str]]:
         labels = process(f"sglang:{30000 + int(rank)}", "sglang", tp_rank=rank)
         out += [counter("kvobs_lookups_total", labels, SGLANG_LOOKUPS),
                 counter("kvobs_lookup_tokens_total", labels + ',outcome="miss"', SGLANG_TOKENS),
+                counter("kvobs_lookup_tokens_total", labels + ',outcome="host_hit"',
+                        SGLANG_HOST_TOKENS),
+                counter("kvobs_transfer_bytes_total", labels + ',src_tier="host",dst_tier="gpu"',
+                        SHARD_BYTES),
                 gauge("kvobs_tier_capacity_blocks", labels + ',tier="gpu"', 1000)]
     core = process("vllm:9464", "vllm", dp_rank="0")
     worker = process("vllm:9564", "vllm", dp_rank="0", tp_rank="0")  # opt-in worker
@@ -67,7 +72,10 @@ def panel_expr(stem: str, title: str) -> str:
 PANELS = [
     ("kvobs-fleet", "Engine instances reporting", 2),
     ("kvobs-tiers", "Lookups per second", (SGLANG_LOOKUPS + VLLM_LOOKUPS) / 60),
-    ("kvobs-tiers", "Lookup tokens by outcome", (SGLANG_TOKENS + VLLM_TOKENS) / 60),
+    ("kvobs-tiers", "Lookup tokens by outcome",
+     (SGLANG_TOKENS + SGLANG_HOST_TOKENS + VLLM_TOKENS) / 60),
+    # the engine's bytes (both shards) over its tokens (once): the KV bytes of a token
+    ("kvobs-host-pool", "Onload bytes per host hit token", 2 * SHARD_BYTES / SGLANG_HOST_TOKENS),
 ]
 
 
