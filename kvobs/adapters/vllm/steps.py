@@ -19,19 +19,21 @@ before it (in the engine test bed the fit's relative error then stayed above 0.1
 measured cost at all). Steps that scheduled nothing are not fed.
 
 Every ``every``-th step (default :data:`EVERY`) is timed and fed until :data:`WARM`
-observations were fed, then every :data:`STEADY_EVERY`-th (a step that scheduled
-nothing passes the turn to the next one): the fit costs a few microseconds per
-observation, several percent of a small step if every step were fed. A fixed stride
-selects steps independently of their time, so the least-squares fit stays unbiased; it
-only needs more steps to reach the same precision (the cost changes slowly: a model, a
-batch shape). An untimed step calls no reader: each wrapper tests one inline gate (the
-stride's next tick, an empty ``in_flight``).
+observations were fed and the fit gave a measured cost (or, failing one, until
+:data:`MAX_WARM` were), then every :data:`STEADY_EVERY`-th (a step that scheduled
+nothing passes the turn to the next one). The dense warm-up gets the cost, and so the
+host pool's saving, sooner; the wide stride keeps the fit's few microseconds an
+observation off most steps (several percent of a small step if every step were fed). A
+fixed stride selects steps independently of their time, so the least-squares fit stays
+unbiased; it only needs more steps to reach the same precision (the cost changes slowly:
+a model, a batch shape). An untimed step calls no reader: each wrapper tests one inline
+gate (the stride's next tick, an empty ``in_flight``).
 
 Example (needs vLLM)::
 
     inst = instrument_steps(scheduler, rec)
     ...  # the engine loop
-    rec.prefill_cost.source            # "measured" after 32 steps with prefill
+    rec.prefill_cost.source            # "measured" after 8 or more steps with prefill
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ COMPONENT = "vllm.scheduler_steps"
 MAX_IN_FLIGHT = 8
 #: Time one step in this many while the fit warms up (see the module docstring).
 EVERY = 4
-#: Observations fed at ``EVERY`` before the stride widens.
+#: Observations fed at ``EVERY`` before the stride widens, once a cost is measured.
 WARM = 256
+#: Observations fed at ``EVERY`` before the stride widens whatever the fit says.
+MAX_WARM = 4 * WARM
 #: Time one step in this many once warm.
 STEADY_EVERY = 32
 
@@ -64,7 +68,8 @@ class StepInstrumentation(Instrumentation):
         super().__init__(scheduler, COMPONENT, active, rec)
         self.in_flight: dict[int, tuple[float, int, int]] = {}
         self.steady_every = max(int(steady_every), 1)
-        self.warm = warm  # timed steps left at ``every``
+        self.warm = warm  # timed steps left at ``every`` once a cost is measured
+        self.max_warm = max(warm, min(MAX_WARM, 4 * warm))  # ... or whatever the fit says
         #: the stride now: ``every`` while warming up, then ``steady_every``
         self.every = max(int(every), 1) if warm > 0 else self.steady_every
         #: the gate: True every ``every``-th step, the first one first (a due step that
@@ -115,9 +120,11 @@ def _scheduled(inst: StepInstrumentation, state: None, out: Any,
     if not out.total_num_scheduled_tokens:
         inst.ticks = stride(inst.every)  # nothing to time: the next step takes the turn
         return
-    if inst.warm > 0:
+    if inst.max_warm > 0:
         inst.warm -= 1
-        if not inst.warm:
+        inst.max_warm -= 1
+        if not inst.max_warm or (inst.warm <= 0 and inst.rec.prefill_cost.source == "measured"):
+            inst.max_warm = 0
             inst.every = inst.steady_every
             inst.ticks = stride(inst.every)
     prefill, decode = step_tokens(out)
