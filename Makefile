@@ -12,7 +12,7 @@ export TORCH_INDEX_URL
 TORCH_PIN   := torch==2.13.0
 TORCH_FROM  := $(if $(strip $(TORCH_INDEX_URL)),--index-url $(strip $(TORCH_INDEX_URL)))
 
-.PHONY: demo test test-fast setup deps lint bench mutants dist canary
+.PHONY: demo test test-fast setup deps lint bench mutants mutmut dist canary
 
 $(BIN)/kvobs: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,15 @@ bench: deps
 # (about 25 min; run before a submission that touches kvobs/adapters/vllm).
 mutants: deps
 	$(BIN)/python scripts/mutation_check.py
+
+# Mutation testing of the core modules with mutmut ([tool.mutmut] in pyproject.toml;
+# docs/development/mutation.md): each mutant is judged by the fast tests that reach the
+# function it changes. MUTMUT_MUTANTS narrows it ("kvobs.units*"); a rerun resumes.
+MUTMUT_JOBS ?= 1
+MUTMUT_MUTANTS ?=
+mutmut: setup
+	$(BIN)/mutmut run --max-children $(MUTMUT_JOBS) $(MUTMUT_MUTANTS)
+	$(BIN)/mutmut results
 
 # Each engine's newest release on the package index built beside its pinned one, and its
 # suite run in both (not in CI: run before a release of kvobs; docs/development).
