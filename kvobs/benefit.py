@@ -164,35 +164,13 @@ class PrefillCost:
         p, d, y = float(prefill_tokens), float(decode_tokens), seconds
         f = _FORGET
         with self._lock:
-            xtx, xty = self._xtx, self._xty
-            row0, row1, row2 = xtx
-            row0[0] = f * row0[0] + 1.0
-            row0[1] = row1[0] = f * row0[1] + p
-            row0[2] = row2[0] = f * row0[2] + d
-            row1[1] = f * row1[1] + p * p
-            row1[2] = row2[1] = f * row1[2] + p * d
-            row2[2] = f * row2[2] + d * d
-            xty[0] = f * xty[0] + y
-            xty[1] = f * xty[1] + p * y
-            xty[2] = f * xty[2] + d * y
-            self._yty = f * self._yty + y * y
+            self._yty = _accumulate(self._xtx, self._xty, self._yty, f, p, d, y)
             self._steps += 1
             if prefill_tokens:
                 self._prefill_steps += 1
                 g = f ** (self._steps - self._prefill_at)
                 self._prefill_at = self._steps
-                pxty = self._pxty
-                row0, row1, row2 = self._pxtx
-                row0[0] = g * row0[0] + 1.0
-                row0[1] = row1[0] = g * row0[1] + p
-                row0[2] = row2[0] = g * row0[2] + d
-                row1[1] = g * row1[1] + p * p
-                row1[2] = row2[1] = g * row1[2] + p * d
-                row2[2] = g * row2[2] + d * d
-                pxty[0] = g * pxty[0] + y
-                pxty[1] = g * pxty[1] + p * y
-                pxty[2] = g * pxty[2] + d * y
-                self._pyty = g * self._pyty + y * y
+                self._pyty = _accumulate(self._pxtx, self._pxty, self._pyty, g, p, d, y)
             if self._prefill_steps >= _MIN_STEPS and self._steps % _SOLVE_EVERY == 0:
                 self._refit()
 
@@ -282,3 +260,21 @@ def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
                 factor = m[r][col] / m[col][col]
                 m[r] = [v - factor * p for v, p in zip(m[r], m[col], strict=True)]
     return [m[i][3] / m[i][i] for i in range(3)]
+
+
+def _accumulate(xtx: list[list[float]], xty: list[float], yty: float, forget: float,
+                p: float, d: float, y: float) -> float:
+    """Add the observation ``y = a + b p + c d`` to the normal equations ``xtx`` /
+    ``xty`` (in place), the older ones weighed down by ``forget``; return the new
+    ``y . y``."""
+    row0, row1, row2 = xtx
+    row0[0] = forget * row0[0] + 1.0
+    row0[1] = row1[0] = forget * row0[1] + p
+    row0[2] = row2[0] = forget * row0[2] + d
+    row1[1] = forget * row1[1] + p * p
+    row1[2] = row2[1] = forget * row1[2] + p * d
+    row2[2] = forget * row2[2] + d * d
+    xty[0] = forget * xty[0] + y
+    xty[1] = forget * xty[1] + p * y
+    xty[2] = forget * xty[2] + d * y
+    return forget * yty + y * y

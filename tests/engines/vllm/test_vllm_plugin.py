@@ -193,15 +193,21 @@ def test_a_scheduler_with_tiering_exports_the_disk_tier(loaded, tmp_path):
         loop.offloading_manager.shutdown()
 
 
-def test_a_worker_process_serves_nothing_unless_asked(loaded, tmp_path):
-    """By default a worker process of its own starts no telemetry and wraps nothing: the
-    engine core's endpoint carries its transfers (vLLM sends it their times)."""
+def worker_process(tmp_path):
+    """An engine's scheduler, then, as in a worker process of its own (the multi-process
+    executor's; the plugin loaded afresh), its worker-side connector."""
     engine = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
     plugin.disable()  # the scheduler above lives "in another process"
     vllm.plugins.plugins_loaded = False
     vllm.plugins.load_general_plugins()
     engine.vllm_config.parallel_config.distributed_executor_backend = "mp"
-    connector = worker_connector(engine)
+    return engine, worker_connector(engine)
+
+
+def test_a_worker_process_serves_nothing_unless_asked(loaded, tmp_path):
+    """By default a worker process of its own starts no telemetry and wraps nothing: the
+    engine core's endpoint carries its transfers (vLLM sends it their times)."""
+    _engine, connector = worker_process(tmp_path)
     state = plugin.state()
     assert state.recorder is None and state.telemetry is None and not state.instrumentations
     worker = connector.connector_worker.worker
@@ -215,12 +221,7 @@ def test_an_opted_in_worker_process_exports_shard_timings_with_its_ranks(loaded,
     and tp_rank; no transfer counters and no engine-level duration histogram."""
     monkeypatch.setenv("KVOBS_WORKER_METRICS", "1")
     monkeypatch.setenv("KVOBS_SUMMARY_INTERVAL_S", "60")  # an engine's summary: not a worker's
-    engine = build_scheduler(tmp_path, gpu_blocks=64, cpu_bytes=1 << 20)
-    plugin.disable()  # the scheduler above lives "in another process"
-    vllm.plugins.plugins_loaded = False
-    vllm.plugins.load_general_plugins()
-    engine.vllm_config.parallel_config.distributed_executor_backend = "mp"
-    connector = worker_connector(engine)
+    engine, connector = worker_process(tmp_path)
     state = plugin.state()
     assert state.schedulers == 0 and state.recorder.labels == {"dp_rank": "0", "tp_rank": "0"}
     assert state.telemetry.summary is None  # no tiers here: no empty kv_cache_summary
