@@ -10,11 +10,13 @@ import pytest
 
 from kvobs.telemetry.settings import (
     FROM_ENV,
+    TelemetrySettings,
     address,
     http_url,
     log_format,
     milliseconds_as_seconds,
     positive_int,
+    seconds,
 )
 
 
@@ -71,3 +73,20 @@ def test_a_log_format_outside_the_three_lists_them() -> None:
 
 def test_the_from_env_default_reads_as_from_env() -> None:
     assert repr(FROM_ENV) == "FROM_ENV"
+
+
+def test_a_seconds_parsers_errors_end_with_its_fix() -> None:
+    parse = seconds("pass seconds, e.g. 60 (0: off)")
+    assert parse("2.5") == 2.5
+    with pytest.raises(ValueError, match=re.escape(
+            "'6O' is not a number: pass seconds, e.g. 60 (0: off)")):
+        parse("6O")
+    with pytest.raises(ValueError, match=re.escape(
+            "'inf' must be a finite number >= 0: pass seconds, e.g. 60 (0: off)")):
+        parse("inf")
+
+
+def test_unknown_explicit_settings_are_all_named_sorted() -> None:
+    with pytest.raises(TypeError) as raised:
+        TelemetrySettings.from_env({}, metrics_adr="x", nvlm=False, nvml=False)
+    assert str(raised.value) == "unknown telemetry setting(s): metrics_adr, nvlm"
