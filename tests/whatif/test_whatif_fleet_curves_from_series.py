@@ -151,6 +151,26 @@ def test_a_fleet_of_no_references_reads_zero_everywhere() -> None:
     assert curve._points == ((2.0, 0.0),) and curve.references == 0
 
 
+def test_a_window_of_under_two_references_still_reads_its_hits() -> None:
+    """increase() extrapolates: a window's counts are fractions, one reference or less."""
+    q = queries("", "1h")
+    answers = {q["references"]: [series(engine("a"), 0.8)], q["rate"]: [series(engine("a"), 1)],
+               q["capacity"]: [series(engine("a"), 8)],
+               q["sampled"]: [series(engine("a", le="2"), 0.4),
+                              series(engine("a", le="+Inf"), 0.8)]}
+    (curve,) = curves_from_prometheus(FakePrometheus(answers))
+    assert curve._points == ((2.0, pytest.approx(0.5)),)
+
+
+def test_one_curve_reads_the_last_hour_of_every_engine_by_default() -> None:
+    one = fleet("", "1h")
+    for expr in one:
+        one[expr] = [s for s in one[expr] if s.labels["engine"] != "c"]
+    client = FakePrometheus(one)
+    assert curve_from_prometheus(client).engines == 2
+    assert client.asked == list(queries("", "1h").values())
+
+
 def test_a_client_without_a_base_url_is_named_prometheus() -> None:
     curves = curves_from_prometheus(FakePrometheus(fleet(), base_url=None), WINDOW, 'model="m"')
     assert {c.source for c in curves} == {"prometheus"}
