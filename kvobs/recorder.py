@@ -697,6 +697,10 @@ class Recorder:
                                   self.disk_saved_s + cost.backlog_disk_s,
                                   cost.seconds_per_token, cost.source, cost.relative_error)
         profile = self.reuse
+        if profile is None and self.profile_reuse and self._tiers:
+            # started at the first collection, before any keyed lookup: its counters are
+            # exported from 0, so a rate() over the first scrapes sees every reference
+            profile = self.start_reuse_profile()
         reuse = None if profile is None else ReuseSnapshot(
             profile.capacity_blocks, profile.rate, profile.total, tuple(profile.cumulative()),
             profile.forgotten, profile.tracking_rate, profile.exact_blocks)

@@ -16,7 +16,7 @@ both targets, a sample from before it (counters at 0) and one from after it. At 
 
 * every panel query of every dashboard (``tests/e2e/test_e2e_stack.panel_queries``, with
   ``$__rate_interval`` = 4 scrape intervals, as Grafana sets it) has finite data, but for
-  the metrics :data:`EMPTY_HERE` and :data:`KNOWN_GAPS` name;
+  the metrics :data:`EMPTY_HERE` names;
 * each panel (:data:`PANEL_CHECKS`) and recording rule (:data:`RULE_CHECKS`) equals the
   same figure computed in PromQL from vLLM's own series on the same Prometheus, or from
   kvobs's raw counters where vLLM counts nothing alike (thrash, reuse). A ratio of two
@@ -79,18 +79,6 @@ EMPTY_HERE = {
     "kvobs_pcie_peak_bandwidth_bytes_per_second":
         "NVML's PCIe link gauge: vLLM's CPU build runs on no NVIDIA GPU",
 }
-#: Queries empty for want of kvobs, not of data: a finding, asserted as it stands (so the
-#: test fails once it is fixed: then drop the entry and check the figure like the rest).
-REUSE_GAP = (
-    "kvobs starts the reuse-distance profile at the first prefix lookup, so its counters "
-    "(kvobs_reuse_references_total, kvobs_reuse_sampled_references_total) are first "
-    "exported already counting, at the first scrape after traffic began: rate() cannot "
-    "see what they counted before that sample. Traffic that so far fits between two "
-    "scrapes (a burst after start, as here) leaves the what-if curve, its recording "
-    "rules and `kvobs report --dashboard kvobs-host-pool` without data; later the first "
-    "scrape interval's references are missing from every window that holds it")
-KNOWN_GAPS = {"kvobs_reuse_sampled_references_total": REUSE_GAP,
-              "kvobs_reuse_references_total": REUSE_GAP}
 #: Seconds the chats may take (3 s measured on a busy 2-core machine).
 TRAFFIC_BUDGET_S = 16
 #: The rule group whose evaluation E is: the instance rules (the fleet rules read them).
@@ -291,15 +279,6 @@ def approx(value: float) -> Any:
     return pytest.approx(value, rel=1e-9, abs=1e-12)
 
 
-def assert_reuse_gap(run: Run) -> None:
-    """:data:`REUSE_GAP` stands: the reuse counters' first sample is past 0 and later than
-    kvobs's first (the lookups counter's 0)."""
-    window = f"[{int(run.at - run.traffic.started) + 120}s]"
-    [refs] = run.query(f"kvobs_reuse_references_total{window}")
-    [lookups] = run.query(f"kvobs_lookups_total{window}")
-    assert refs.samples[0][1] > 0 and refs.samples[0][0] > lookups.samples[0][0], refs.samples
-
-
 # -- the doc's configuration ------------------------------------------------------------------
 
 def test_prometheus_runs_the_docs_config_with_one_kvobs_target(run: Run) -> None:
@@ -331,9 +310,6 @@ def test_every_panel_query_has_finite_data_unless_listed(run: Run) -> None:
         names = set(re.findall(r"\b(kvobs_\w+)\{", expr))
         if names & set(EMPTY_HERE):
             assert gpu_only and series == [], (title, expr, series)  # the reason holds
-        elif names & set(KNOWN_GAPS):
-            assert series == [], (title, expr, series)
-            assert_reuse_gap(run)
         elif not series:
             problems.append(f"{stem} / {title}: empty: {expr}")
         elif any(not math.isfinite(v) for s in series for _t, v in s.samples):
@@ -587,10 +563,27 @@ def empty(run: Run, series: list[Series]) -> None:
     assert series == []
 
 
-def reuse_gap(run: Run, series: list[Series]) -> None:
-    """REUSE_GAP (once fixed: the curve from the raw reuse counters)."""
-    assert series == []
-    assert_reuse_gap(run)
+def whatif_curve(run: Run) -> dict[tuple[str, ...], float]:
+    """The what-if curve per size ``le`` from kvobs's raw reuse counters (exported from 0,
+    one target: their rates over one window are their totals times one factor): the
+    sampled hits below each size, plus the references the sample missed, over the
+    references expected at the sample rate (SHARDS-adj), within [0, 1]."""
+    sampled = by(run.query("kvobs_reuse_sampled_references_total"), "le")
+    expected = run.value("kvobs_reuse_references_total") * run.value("kvobs_reuse_sample_rate")
+    missed = expected - sampled.pop(("+Inf",))
+    return {le: min(max((hits + missed) / expected, 0.0), 1.0) for le, hits in sampled.items()}
+
+
+def whatif(run: Run, series: list[Series]) -> None:
+    """The curve from the raw counters, and what any LRU curve of these lookups must be:
+    never falling with size, and at its largest size (16x the cache) at least the share
+    of vLLM's prompt tokens it hit (a token vLLM hit is in a full block seen before)."""
+    keyed(whatif_curve, "le")(run, series)
+    curve = [v for _size, v in sorted((float(le), v) for (le,), v in by(series, "le").items())]
+    assert curve == sorted(curve) and 0 < curve[-1] <= 1, curve
+    queries = run.value("vllm:prefix_cache_queries_total")
+    hits = run.value("vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total")
+    assert curve[-1] >= hits / queries, (curve, hits / queries)
 
 
 def net(run: Run, series: list[Series]) -> None:
@@ -635,7 +628,7 @@ PANEL_CHECKS: dict[str, list[SeriesCheck]] = {
     "Net benefit": [scalar(saved_rate), scalar(onload_rate), net],
     "Prefill saved vs onload time": [scalar(saved_rate), scalar(onload_rate)],
     "What-if: hit ratio by cache size": [
-        reuse_gap,
+        whatif,
         keyed(lambda r: {("0",): r.gpu_blocks, ("1",): r.gpu_blocks}, "y"),
         keyed(lambda r: {("0",): reuse_sizes(r), ("1",): reuse_sizes(r)}, "y")],
     "Cache sizes": [scalar(lambda r: r.gpu_blocks), scalar(reuse_sizes)],
@@ -694,8 +687,8 @@ def test_each_panel_equals_vllms_own_figures(run: Run) -> None:
     assert all(v > 0 for v in bandwidth(run).values()) and THRASH(run) > 0
 
 
-#: Every recording rule: the same figure from vLLM's series (None: REUSE_GAP).
-RULE_CHECKS: dict[str, SeriesCheck | None] = {
+#: Every recording rule: the same figure from vLLM's series (or kvobs's raw counters).
+RULE_CHECKS: dict[str, SeriesCheck] = {
     "instance:kvobs_lookup_tokens:rate1m": keyed(lookup_rates, "outcome"),
     "instance:kvobs_lookup_hit_ratio:rate1m": keyed(hit_ratio_by_tier, "tier"),
     "instance:kvobs_lookup_miss_ratio:rate1m": scalar(lambda r: 1 - hit_ratio(r)),
@@ -708,14 +701,14 @@ RULE_CHECKS: dict[str, SeriesCheck | None] = {
     "instance:kvobs_tier_occupancy:ratio": keyed(occupancy, "tier"),
     "instance:kvobs_host_pool_net_benefit_seconds:rate5m": scalar(
         lambda r: net_benefit(r, 300)),
-    "instance:kvobs_reuse_hit_ratio:rate1h": None,
+    "instance:kvobs_reuse_hit_ratio:rate1h": whatif,
     "model:kvobs_lookup_tokens:rate1m": keyed(lookup_rates, "outcome"),
     "model:kvobs_lookup_hit_ratio:rate1m": scalar(hit_ratio),
     "model:kvobs_transfer_bandwidth_bytes:rate1m": keyed(bandwidth, *LINK),
     "model:kvobs_tier_capacity_bytes:sum": keyed(capacity_bytes, "tier"),
     "model:kvobs_tier_resident_bytes:sum": keyed(resident_bytes, "tier", "state"),
     "model:kvobs_host_pool_net_benefit_seconds:rate5m": scalar(lambda r: net_benefit(r, 300)),
-    "model:kvobs_reuse_hit_ratio:rate1h": None,
+    "model:kvobs_reuse_hit_ratio:rate1h": whatif,
 }
 
 
@@ -747,9 +740,6 @@ def test_each_recording_rule_equals_vllms_own_figures(run: Run) -> None:
                 got, check = run.query(expr), unchecked.pop(record)
                 earlier[record] = rule["expr"]
                 try:
-                    if check is None:
-                        reuse_gap(run, got)
-                        continue
                     assert got and all(math.isfinite(s.samples[0][1]) for s in got), got
                     check(run, got)
                     if record.startswith("instance:"):
@@ -774,11 +764,6 @@ def test_kvobs_report_draws_the_dashboards_from_this_prometheus(run: Run, tmp_pa
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for stem in stems}
     for stem, job in jobs.items():
         output, _ = job.communicate(timeout=180)
-        if stem == "kvobs-host-pool":  # REUSE_GAP: its what-if panel has no data
-            assert job.returncode == 2, output
-            assert "panel 'What-if: hit ratio by cache size'" in output and "no data" in output
-            assert_reuse_gap(run)
-            continue
         titles = {t for s, t, _e, _g in run.panels if s == stem}
         assert job.returncode == 0, output
         assert f": {len(titles)} panels of the {stem} dashboard" in output, output
