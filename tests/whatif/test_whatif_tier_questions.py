@@ -16,6 +16,7 @@ def test_an_inclusive_host_holds_the_larger_tiers_blocks() -> None:
     assert host_hit_ratio(CURVE, gpu_blocks=10, host_blocks=40) == pytest.approx(0.5)
     assert host_hit_ratio(CURVE, 10, 40, inclusive=True) == pytest.approx(0.5)
     assert host_hit_ratio(CURVE, 20, 10, inclusive=True) == 0.0  # smaller: holds nothing new
+    assert host_hit_ratio(CURVE, 20, 20) == 0.0  # inclusive unless told: copies of the GPU's
 
 
 def test_an_exclusive_host_adds_its_blocks_to_the_gpus() -> None:

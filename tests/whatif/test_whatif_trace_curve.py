@@ -5,10 +5,12 @@ with nothing looked up, or a bad line, is named by its source."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
 from kvobs.errors import ConfigError
+from kvobs.reuse import default_rate
 from kvobs.whatif import curve_from_trace
 
 TRACE = ('{"blocks": ["a", "b"], "ts": 0}\n'
@@ -38,3 +40,28 @@ def test_a_bad_line_is_named_by_the_traces_source_and_number() -> None:
         curve_from_trace(io.StringIO('{"blocks": ["a"]}\n{oops\n'), "bad.jsonl")
     with pytest.raises(ConfigError, match=r"^trace:1: not JSON"):
         curve_from_trace(io.StringIO("{oops\n"))
+
+
+def wide_trace() -> str:
+    """200,000 distinct blocks looked up once, then the first 20,000 again: 220,000
+    references, 20,000 hits at any size of 200,000 blocks or more."""
+    lines = [json.dumps({"blocks": [str(i) for i in range(s, s + 100)]})
+             for s in range(0, 200_000, 100)]
+    return "\n".join(lines + lines[:200])
+
+
+def test_up_to_the_exact_limit_every_block_is_tracked_however_many() -> None:
+    curve = curve_from_trace(io.StringIO(wide_trace()), exact_limit=220_000)
+    assert curve.exact and curve.references == 220_000
+    assert curve._profile is not None and curve._profile.rate == 1.0
+    assert curve.hit_ratio(200_000) == pytest.approx(20_000 / 220_000, abs=1e-12)
+    assert curve.hit_ratio(150_000) == 0.0
+
+
+def test_past_the_exact_limit_blocks_beyond_the_bound_are_sampled() -> None:
+    curve = curve_from_trace(io.StringIO(wide_trace()), exact_limit=219_999)
+    profile = curve._profile
+    assert profile is not None and not curve.exact
+    assert (profile.max_keys, profile.rate) == (1 << 16, default_rate(200_000))
+    assert profile.tracking_rate < 1 and profile.forgotten == 0
+    assert curve.hit_ratio(250_000) == pytest.approx(20_000 / 220_000, abs=0.01)
