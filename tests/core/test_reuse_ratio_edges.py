@@ -1,0 +1,53 @@
+"""The reuse profile's arithmetic at its edges (:mod:`kvobs.reuse`): the default rate's
+floor and its horizon bound, a profile with nothing counted, the interpolation's ends and
+the SHARDS-adj ratio's guards."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvobs.reuse import (
+    BUCKET_FACTORS,
+    DEFAULT_MAX_KEYS,
+    ReuseProfile,
+    adjusted_hit_ratio,
+    default_rate,
+    interpolate,
+)
+
+
+def test_the_default_rate_halves_until_the_horizon_covers_16x_the_capacity() -> None:
+    assert BUCKET_FACTORS[-1] == 16.0
+    exact = DEFAULT_MAX_KEYS // 16  # a horizon of exactly 16x: no need to sample
+    assert default_rate(exact) == 1.0
+    assert default_rate(exact + 1) == 0.5
+    assert default_rate(4 * exact) == 0.25
+    assert default_rate(100, max_keys=1600) == 1.0
+    assert default_rate(100, max_keys=1599) == 0.5
+
+
+def test_the_default_rate_stops_at_the_sampling_hashs_resolution() -> None:
+    assert default_rate(1 << 40, max_keys=1) == 2.0 ** -24
+    assert default_rate(1 << 40, max_keys=1, max_rate=0.25) == 2.0 ** -24
+
+
+def test_a_profile_with_nothing_counted_hits_nothing() -> None:
+    assert ReuseProfile(8, rate=1.0).hit_ratio(4) == 0.0
+    written = ReuseProfile(8, rate=1.0)
+    written.write(["a", "b"])  # in the cache, never looked up: nothing counted
+    assert (written.references, written.hit_ratio(4)) == (0, 0.0)
+
+
+def test_interpolation_has_no_points_then_rises_from_zero_to_the_first_bound() -> None:
+    assert interpolate([], 5) == 0.0
+    assert interpolate([(10, 0.2)], 0.5) == pytest.approx(0.01)
+    assert interpolate([(10, 0.2)], -3) == 0.0
+    assert interpolate([(10, 0.2), (20, 0.4)], 10) == pytest.approx(0.2)
+
+
+def test_the_adjusted_ratio_guards_an_empty_window_and_stays_within_0_and_1() -> None:
+    assert adjusted_hit_ratio(0, 0, 0, 1.0) == 0.0
+    assert adjusted_hit_ratio(5, 5, 0, 0.5) == 0.0
+    assert adjusted_hit_ratio(hits=20, sampled=10, total=10, rate=1.0) == 1.0
+    assert adjusted_hit_ratio(hits=0, sampled=30, total=10, rate=1.0) == 0.0
+    assert adjusted_hit_ratio(hits=4, sampled=10, total=10, rate=1.0) == pytest.approx(0.4)
