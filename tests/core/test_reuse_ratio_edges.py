@@ -12,6 +12,7 @@ from kvobs.reuse import (
     ReuseProfile,
     adjusted_hit_ratio,
     default_rate,
+    hit_ratios,
     interpolate,
 )
 
@@ -51,3 +52,11 @@ def test_the_adjusted_ratio_guards_an_empty_window_and_stays_within_0_and_1() ->
     assert adjusted_hit_ratio(hits=20, sampled=10, total=10, rate=1.0) == 1.0
     assert adjusted_hit_ratio(hits=0, sampled=30, total=10, rate=1.0) == 0.0
     assert adjusted_hit_ratio(hits=4, sampled=10, total=10, rate=1.0) == pytest.approx(0.4)
+
+
+def test_hit_ratios_pairs_each_size_with_the_profiles_ratio() -> None:
+    profile = ReuseProfile(8, rate=1.0, keep_samples=True)
+    profile.reference(["a", "b", "a", "c", "a"])  # a again at distance 2, then at 2
+    assert hit_ratios(profile, [1, 2, 8]) == [(1, 0.0), (2, pytest.approx(0.4)),
+                                              (8, pytest.approx(0.4))]
+    assert hit_ratios(profile, []) == []
