@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvobs.errors import ConfigError
 from kvobs.reuse import (
     BUCKET_FACTORS,
     DEFAULT_MAX_KEYS,
@@ -60,3 +61,41 @@ def test_hit_ratios_pairs_each_size_with_the_profiles_ratio() -> None:
     assert hit_ratios(profile, [1, 2, 8]) == [(1, 0.0), (2, pytest.approx(0.4)),
                                               (8, pytest.approx(0.4))]
     assert hit_ratios(profile, []) == []
+
+
+def mixed(profile: ReuseProfile) -> ReuseProfile:
+    """A hot block at distance 1 (10 times), 100 blocks at distance 100 (900 hits), then
+    300 at distance 300 (2,700): 4,020 references."""
+    for _ in range(10):
+        profile.reference(["h", "h"])
+        profile.reference([f"a{i}" for i in range(100)])
+    for _ in range(10):
+        profile.reference([f"b{i}" for i in range(300)])
+    return profile
+
+
+def test_an_exact_stack_below_a_sampled_one_adds_up_to_the_exact_answer() -> None:
+    """Distances up to exact_keys (32) from the exact stack, farther ones from the sampled
+    counts added bucket by bucket: the same ratios as an exact profile at every bound."""
+    merged, exact = mixed(ReuseProfile(64, rate=0.25, exact_keys=32)), mixed(ReuseProfile(64))
+    assert (merged.exact_keys, exact.rate) == (32, 1.0)
+    for size in (8, 32, 64, 128, 256, 384, 1024):
+        assert merged.hit_ratio(size) == pytest.approx(exact.hit_ratio(size), abs=1e-9)
+    assert exact.hit_ratio(8) == pytest.approx(10 / 4020)
+    # the hot block comes back after 100 others 9 times: at distance 101
+    assert exact.hit_ratio(128) == pytest.approx((10 + 9 + 900) / 4020)
+    assert exact.hit_ratio(384) == pytest.approx((10 + 9 + 900 + 2700) / 4020)
+
+
+@pytest.mark.parametrize("capacity", [True, 0, -1, 1.5])
+def test_a_profiles_capacity_is_a_positive_integer(capacity: object) -> None:
+    with pytest.raises(ConfigError, match=r"capacity_blocks must be a positive integer"):
+        ReuseProfile(capacity)  # type: ignore[arg-type]
+
+
+def test_the_smallest_profile_is_one_block_and_one_key() -> None:
+    profile = ReuseProfile(1, rate=1.0, max_keys=1)
+    profile.reference(["a", "a"])
+    assert profile.hit_ratio(1) == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match=r"max_keys must be in \[1, 2\*\*28\], got 0"):
+        ReuseProfile(1, max_keys=0)
