@@ -94,7 +94,7 @@ mutants: deps
 MUTMUT_JOBS ?= 1
 MUTMUT_MUTANTS ?=
 mutmut: setup
-	$(BIN)/mutmut run --max-children $(MUTMUT_JOBS) $(MUTMUT_MUTANTS)
+	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(MUTMUT_JOBS) $(MUTMUT_MUTANTS)
 	$(BIN)/mutmut results
 
 # Each engine's newest release on the package index built beside its pinned one, and its
