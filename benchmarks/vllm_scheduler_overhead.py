@@ -12,7 +12,8 @@
    Rounds of a few steps rotate the order between them so drift hits all alike, over
    ``--blocks`` fresh sets of the four, each built in another order (where a scheduler
    lands in memory moves its step time by up to ~1.5%), after a warm-up past step
-   timing's first 1,024 steps (1 in 4 timed, then its steady 1 in 32); only
+   timing's first 4,096 steps (1 in 4 timed until a cost is measured, at most 1,024
+   timed steps, then its steady 1 in 32); only
    the time inside ``schedule()`` and ``update_from_output()`` is counted (the
    synthetic worker is not), as this thread's CPU time (``--wall`` for wall time), which
    other processes on a shared machine disturb less. The ratio is the median over rounds
@@ -69,6 +70,7 @@ import torch
 
 from kvobs.adapters import _hooks
 from kvobs.adapters.vllm import instrument_block_pool, instrument_scheduler
+from kvobs.adapters.vllm.steps import EVERY, MAX_WARM
 from kvobs.recorder import Recorder
 from tests.engines.vllm.vllm_engine import EngineDriver, build_scheduler
 
@@ -494,9 +496,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--running", type=int, default=72, help="requests kept in the engine")
     parser.add_argument("--rounds", type=int, default=40, help="alternating rounds")
     parser.add_argument("--steps", type=int, default=10, help="steps per scheduler per round")
-    parser.add_argument("--warmup", type=int, default=1100,
-                        help="steps before timing (default: past step timing's warm-up, "
-                             "256 timed steps at 1 in 4, into its steady 1 in 32)")
+    parser.add_argument("--warmup", type=int, default=MAX_WARM * EVERY + 100,
+                        help="steps before timing (default: past step timing's longest "
+                             "warm-up, 1,024 timed steps at 1 in 4 where no cost gets "
+                             "measured, as here, into its steady 1 in 32)")
     parser.add_argument("--blocks", type=int, default=3,
                         help="fresh sets of schedulers, each built in another order")
     parser.add_argument("--scrape-blocks", type=int, default=100_000)
