@@ -7,6 +7,7 @@ the bounded cache of rendered label sets."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -165,16 +166,22 @@ def test_the_label_cache_is_cleared_when_full_and_still_renders_right(
     assert len(text._LABELS) == 2
 
 
+def spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
+    """The arguments ``text.<name>`` is called with from now on (it still does its work)."""
+    calls: list[Any] = []
+    real = getattr(text, name)
+
+    def counting(value: Any) -> str:
+        calls.append(value)
+        return str(real(value))
+
+    monkeypatch.setattr(text, name, counting)
+    return calls
+
+
 def test_a_label_set_is_rendered_once_then_read_from_the_cache(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
-    real = text._escape
-
-    def counting(value: str) -> str:
-        calls.append(value)
-        return real(value)
-
-    monkeypatch.setattr(text, "_escape", counting)
+    calls = spy(monkeypatch, "_escape")
     family = Metric("m", "Help.", "gauge")
     family.add_sample("m", {"a": "x"}, 1)
     family.add_sample("m", {"a": "x"}, 2)
@@ -191,14 +198,7 @@ def test_whole_numbers_below_a_million_skip_gos_float_formatting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The fast path (the module's reason to be): Go's formatting only where it may
     differ from Python's (prometheus_client's: a million reads 1e+06, minus one -1000000.0)."""
-    formatted: list[float] = []
-    real = text._go_float
-
-    def counting(value: float) -> str:
-        formatted.append(value)
-        return real(value)
-
-    monkeypatch.setattr(text, "_go_float", counting)
+    formatted = spy(monkeypatch, "_go_float")
     family = Metric("m", "Help.", "gauge")
     for value in (0, 7, -999_999, 999_999, 10**6, -(10**6), 2.0, True):
         family.add_sample("m", {}, value)
