@@ -32,9 +32,9 @@ from tests.required import REPO, missing
 SUITES = {
     # engine: (suite directory, the fewest tests it must run, of which timing tests); the
     # longest first (tests/conftest.py runs engine tests first: -n starts these soonest)
-    "vllm-cpu": ("tests/engines/vllm032", 59, 1),  # a real engine running a model
-    "vllm": ("tests/engines/vllm", 91, 2),
-    "vllm-0.34": ("tests/engines/vllm", 91, 2),  # the same suite on the newer release
+    "vllm-cpu": ("tests/engines/vllm032", 54, 1),  # a real engine running a model
+    "vllm": ("tests/engines/vllm", 101, 2),
+    "vllm-0.34": ("tests/engines/vllm", 101, 2),  # the same suite on the newer release
     "sglang": ("tests/engines/sglang0523", 46, 0),
     "lmcache": ("tests/engines/lmcache056", 33, 0),
 }
