@@ -13,7 +13,8 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from .panels import Query, Section, kvobs_dashboard, stat, timeseries
-from .queries import ENGINE_PROCESS, quantile, rate, ratio, series, sum_by
+from .queries import quantile, rate, ratio, series, sum_by
+from .recording_rules import ENGINE_PROCESS
 
 UID = "kvobs-fleet"
 TITLE = "kvobs / Fleet"

@@ -15,8 +15,8 @@ from grafanalib.core import Dashboard
 
 from .curve import Marker, xy_curve
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
-from .queries import ENGINE_PROCESS, quantile, rate, ratio, series, sum_by
-from .recording_rules import PROCESS
+from .queries import quantile, rate, ratio, series, sum_by
+from .recording_rules import ENGINE_PROCESS, PROCESS
 
 UID = "kvobs-host-pool"
 TITLE = "kvobs / Host pool health"

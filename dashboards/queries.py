@@ -14,8 +14,6 @@ from __future__ import annotations
 from .variables import selector
 
 RATE_INTERVAL = "$__rate_interval"
-#: One process per engine: its only one, or its tensor-parallel rank 0 (SGLang, LMCache).
-ENGINE_PROCESS = 'tp_rank=~"|0"'
 
 
 def series(metric: str, *matchers: str) -> str:

@@ -20,6 +20,9 @@ INSTANCE = "namespace, job, instance, engine, model"
 #: tokens; a vLLM data-parallel rank is an engine of its own, even where its processes
 #: share one scrape target's ``instance``).
 PROCESS = f"{INSTANCE}, dp_rank, tp_rank"
+#: One process per engine: its only one, or its tensor-parallel rank 0 (SGLang, LMCache
+#: ranks each see the whole batch).
+ENGINE_PROCESS = 'tp_rank=~"|0"'
 
 _ONLOAD = 'src_tier="host", dst_tier="gpu"'
 
@@ -122,7 +125,7 @@ def fleet_rules() -> list[dict[str, Any]]:
         # An engine's tokens once: its only process, or its tensor-parallel rank 0.
         _rule("model:kvobs_host_pool_net_benefit_seconds:rate5m",
               "sum by (model) (instance:kvobs_host_pool_net_benefit_seconds:rate5m"
-              '{tp_rank=~"|0"})'),
+              f"{{{ENGINE_PROCESS}}})"),
         _rule("model:kvobs_reuse_hit_ratio:rate1h", reuse_hit_ratio("model", "1h")),
     ]
 

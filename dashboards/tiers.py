@@ -14,7 +14,8 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
-from .queries import ENGINE_PROCESS, quantile, rate, ratio, series, sum_by
+from .queries import quantile, rate, ratio, series, sum_by
+from .recording_rules import ENGINE_PROCESS
 
 UID = "kvobs-tiers"
 TITLE = "kvobs / KV cache tiers"
