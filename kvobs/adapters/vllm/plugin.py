@@ -118,9 +118,14 @@ class _Enabled:
         self.recorder: Recorder | None = None
         self.telemetry: Any = None
         self.instrumentations: list[Part] = []
-        self.schedulers = 0
         self.hooks: list[tuple[type, str, Any]] = []  # (class, method, original)
         self.specs: deque[Any] = deque(maxlen=MAX_SPECS)  # offloading specs vLLM made
+
+    @property
+    def schedulers(self) -> int:
+        """Schedulers instrumented in this process."""
+        with self.lock:
+            return sum(isinstance(inst, VllmInstrumentation) for inst in self.instrumentations)
 
     @property
     def server(self) -> Any:
@@ -149,7 +154,6 @@ class _Enabled:
                                  {"dp_rank": str(dp_rank)}, dp_rank)
             inst = instrument_scheduler(scheduler, rec, offloading_spec=self.spec_of(scheduler))
             self.instrumentations.append(inst)
-            self.schedulers += 1
             tiering = _attach_tiering(scheduler, rec, inst)
             if tiering is not None:
                 self.instrumentations.append(tiering)
@@ -322,7 +326,6 @@ def disable() -> None:
         for inst in reversed(_STATE.instrumentations):
             inst.unwrap()
         _STATE.instrumentations.clear()
-        _STATE.schedulers = 0
         if _STATE.telemetry is not None:
             _STATE.telemetry.close()
         _STATE.recorder = _STATE.telemetry = None
