@@ -53,8 +53,10 @@ MAX_IN_FLIGHT = 8
 EVERY = 4
 #: Observations fed at ``EVERY`` before the stride widens, once a cost is measured.
 WARM = 256
+#: How many times ``WARM`` the warm-up lasts at most while no cost gets measured.
+UNMEASURED_WARM = 4
 #: Observations fed at ``EVERY`` before the stride widens whatever the fit says.
-MAX_WARM = 4 * WARM
+MAX_WARM = UNMEASURED_WARM * WARM
 #: Time one step in this many once warm.
 STEADY_EVERY = 32
 
@@ -69,7 +71,7 @@ class StepInstrumentation(Instrumentation):
         self.in_flight: dict[int, tuple[float, int, int]] = {}
         self.steady_every = max(int(steady_every), 1)
         self.warm = warm  # timed steps left at ``every`` once a cost is measured
-        self.max_warm = max(warm, min(MAX_WARM, 4 * warm))  # ... or whatever the fit says
+        self.max_warm = UNMEASURED_WARM * warm  # ... or whatever the fit says
         #: the stride now: ``every`` while warming up, then ``steady_every``
         self.every = max(int(every), 1) if warm > 0 else self.steady_every
         #: the gate: True every ``every``-th step, the first one first (a due step that
