@@ -75,9 +75,10 @@ def _latency(value: float | None) -> str:
     return "-" if value is None else format_value(value, "s")
 
 
-def _table_width(header: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+def _table_width(header: Sequence[str], rows: Sequence[Sequence[str | Text]]) -> int:
     """Columns a table of these cells takes (each column as wide as its widest cell)."""
-    widths = [max(cell_len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    widths = [max(cell_len(str(cell)) for cell in column)
+              for column in zip(header, *rows, strict=True)]
     return sum(widths) + _GAP * (len(widths) - 1)
 
 
@@ -162,27 +163,24 @@ def _transfers(view: EndpointView, width: int) -> RenderableType:
         return Text("transfers: none yet", style="dim")
     header = ("transfer", "throughput", "blocks/s", "p50", "p99",
               "drops / failures per s (total)")
-    rows = [(_transfer_name(t).plain, format_value(t.bytes_per_s, "Bps"),
-             _count(t.blocks_per_s), _latency(t.p50_s), _latency(t.p99_s), _losses(t).plain)
+    rows = [(_transfer_name(t), format_value(t.bytes_per_s, "Bps"), _count(t.blocks_per_s),
+             Text(_latency(t.p50_s), style="dim" if t.latency_since_start else ""),
+             Text(_latency(t.p99_s), style="dim" if t.latency_since_start else ""),
+             _losses(t))
             for t in view.transfers]
     if width < WIDE or _table_width(header, rows) > width:
         lines = []
-        for t in view.transfers:
-            lines.append(_transfer_name(t) + Text(
-                f" {format_value(t.bytes_per_s, 'Bps')} p50 {_latency(t.p50_s)} "
-                f"p99 {_latency(t.p99_s)}"))
-            lines.append(Text("  ") + _losses(t))
+        for name, throughput, _blocks, p50, p99, losses in rows:
+            lines.append(name + Text(f" {throughput} p50 {p50.plain} p99 {p99.plain}"))
+            lines.append(Text("  ") + losses)
         return Group(*lines)
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1))
     table.add_column(header[0], no_wrap=True)
-    for name in header[1:5]:
-        table.add_column(name, justify="right", no_wrap=True)
+    for column in header[1:5]:
+        table.add_column(column, justify="right", no_wrap=True)
     table.add_column(header[5], no_wrap=True)
-    for t, (_name, throughput, blocks, p50, p99, _losses_text) in zip(view.transfers, rows,
-                                                                     strict=True):
-        latency_style = "dim" if t.latency_since_start else ""
-        table.add_row(_transfer_name(t), throughput, blocks, Text(p50, style=latency_style),
-                      Text(p99, style=latency_style), _losses(t))
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
