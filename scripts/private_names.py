@@ -35,19 +35,6 @@ REASONS: dict[str, dict[str, str]] = {
                        "`block_hash` property; the scrape's C walk reads the slot (a "
                        "property read costs a Python call a block). 0.34's public field "
                        "is read instead where present.",
-        "_num_allocated_chunks": "the host tier's in use and cached chunks at each scrape: "
-                                 "vLLM publishes them only through `get_stats()`, which "
-                                 "drains its per-step counters (not side-effect free).",
-        "_free_list": "as `_num_allocated_chunks`: chunks allocated and not freed.",
-        "_num_evictable_cache_chunks": "as `_num_allocated_chunks`: the cached (idle) "
-                                       "chunks, which no gauge of vLLM's carries.",
-        "_num_write_pending_chunks": "chunks being written, before and after a store "
-                                     "completes (how many landed); `get_stats()` drains "
-                                     "counters.",
-        "_num_chunks": "the host tier's capacity where `config_info()` (vLLM 0.33+) is "
-                       "absent (vLLM 0.32).",
-        "_manager": "vLLM 0.32 publishes the host tier's bytes per chunk only on the "
-                    "offloading spec; `get_manager()` would create a manager.",
         "_adopt_copies": "HiSparse: the host pages a request's prefix hit adopts, at the "
                          "moment it adopts them (no stats object or event carries them).",
     },

@@ -504,8 +504,8 @@ def _readers(inst: Instrumentation, hook: Hook) -> tuple[Enter | None, Leave | N
 
 def attr_path(path: str) -> Callable[..., Any]:
     """A reader returning its first argument's dotted attribute ``path``, whatever else it
-    is given: ``before=attr_path("target._num_write_pending_chunks")`` reads the engine's
-    own count before each call, ``when=attr_path("in_flight")`` gates a hook on the
+    is given: ``before=attr_path("target.num_pending")`` reads the engine's own count
+    before each call, ``when=attr_path("in_flight")`` gates a hook on the
     instrumentation's own state.
 
     Raises:

@@ -24,7 +24,7 @@ def mutants() -> list[m.Mutant]:
     pool, host = f"{ADAPTERS}/block_pool.py", f"{ADAPTERS}/offloading.py"
     connector, worker = f"{ADAPTERS}/connector.py", f"{ADAPTERS}/transfers.py"
     lookups, hisparse = f"{ADAPTERS}/lookups.py", f"{ADAPTERS}/hisparse.py"
-    tiering = f"{ADAPTERS}/tiering.py"
+    tiering, chunks = f"{ADAPTERS}/tiering.py", f"{ADAPTERS}/host_chunks.py"
     lookup = ("    inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, "
               "disk_hit=min(disk, left - host),")
     relookup = "rec.relookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit="
@@ -57,35 +57,43 @@ def mutants() -> list[m.Mutant]:
                          "inst.offload.drop(inst.refuse(k for k in keys if lookup(k, req_context)",
                          "inst.refuse(k for k in keys if lookup(k, req_context)"),
         *m.recorder_call("host.allocate(store)", host,
-                         "        inst.tier.allocate(len(output.keys_to_store))\n    if output."
-                         "evicted_keys:\n        inst.tier.evict(len(output.evicted_keys), "
-                         '"capacity", keys=output.evicted_keys)\n\n\n#: Chunks being written',
-                         "len(output.keys_to_store)"),
+                         "inst.tier.allocate(len(allocated))", "len(allocated)"),
         *m.recorder_call("host.evict(capacity)", host,
-                         'inst.tier.evict(len(output.evicted_keys), "capacity", keys=output.'
-                         "evicted_keys)\n\n\n#: Chunks being written", "len(output.evicted_keys)"),
+                         'inst.tier.evict(len(evicted), "capacity", keys=evicted)',
+                         "len(evicted)"),
         *m.recorder_call("host.free(landed)", host,
-                         "inst.tier.free(landed)  # the written", "landed"),
-        *m.recorder_call("host.store", host,
-                         "inst.tier.store(landed, keys=keys if", "landed"),
-        *m.recorder_call("host.fail", host, "inst.offload.fail(landed)", "landed"),
+                         "inst.tier.free(len(landed))  # the written", "len(landed)"),
+        *m.recorder_call("host.store", host, "inst.tier.store(len(landed), keys=landed)",
+                         "len(landed)"),
+        *m.recorder_call("host.fail", host, "inst.offload.fail(len(landed))", "len(landed)"),
         *m.recorder_call("host.reuse(onload)", host, "inst.tier.reuse(idle, keys=keys)", "idle"),
         *m.recorder_call("host.free(read)", host, "inst.tier.free(last, cached=True)", "last"),
         *m.recorder_call("host.free(reset)", host, "    inst.tier.free(in_use)\n", "in_use"),
         *m.recorder_call("host.evict(reset)", host, 'inst.tier.evict(cached, "reset")',
                          "cached"),
+        *m.recorder_call("host.free(promotion)", host,
+                         "inst.tier.free(len(landed), cached=bool(success))", "len(landed)"),
         # vLLM 0.34: chunks a tiering deferred release held, freed when vLLM releases them
         *m.recorder_call("host.free(deferred release)", host,
                          "inst.tier.free(released, cached=False)", "released"),
+        # the chunks' states, replayed from the manager's calls (occupancy at collection)
+        m.Mutant("host.cached:doubled", chunks, "max(self.ready - reading, 0)",
+                 "max(2 * (self.ready - reading), 0)"),
+        m.Mutant("host.landed:counted twice", chunks, "self.ready += len(done)",
+                 "self.ready += 2 * len(done)"),
+        m.Mutant("host.pinned:second reader idle", chunks, "            if not n:\n",
+                 "            if n < 2:\n"),
+        m.Mutant("host.unpinned:first reader last", chunks, "            if n == 1:\n",
+                 "            if n <= 2:\n"),
+        m.Mutant("host.held:dropped", chunks, "self.held += n", "self.held += 0"),
+        m.Mutant("host.evicted:kept", chunks, "self.ready -= evicted", "self.ready -= 0"),
         # the keys the thrash tracker classifies offloads by (reused / evicted unused)
-        *m.keys_argument("host.store", host,
-                         "inst.tier.store(landed, keys=keys if landed == len(keys) else None)",
-                         "keys if landed == len(keys) else None"),
+        *m.keys_argument("host.store", host, "inst.tier.store(len(landed), keys=landed)",
+                         "landed", "[*landed, *landed]"),
         *m.keys_argument("host.reuse", host, "inst.tier.reuse(idle, keys=keys)", "keys",
                          "[*keys, *keys]"),
         *m.keys_argument("host.evict", host,
-                         'keys=output.evicted_keys)\n\n\n#: Chunks being written',
-                         "output.evicted_keys"),
+                         'inst.tier.evict(len(evicted), "capacity", keys=evicted)', "evicted"),
         # the tracker's bound: one smaller than the host tier forgets offloads (untracked)
         # and misclassifies those it forgot
         m.Mutant("thrash.max_blocks:tiny", "kvobs/recorder.py",

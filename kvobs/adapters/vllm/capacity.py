@@ -108,17 +108,19 @@ def host_tier_capacity(offloading_manager: Any, tokens_per_chunk: int,
     """The host tier of a vLLM ``CPUOffloadingManager``, from its ``config_info()``
     (``cpu_num_chunks``, ``cpu_kv_cache_size_bytes``: what vLLM 0.33 publishes as
     ``vllm:kv_offload_config_info``) or, without one, from its chunk count and ``spec``'s
-    ``kv_bytes_per_chunk`` (the ``OffloadingSpec`` that made the manager);
+    ``num_chunks`` and ``kv_bytes_per_chunk`` (the ``OffloadingSpec`` that made the manager,
+    vLLM 0.32);
     ``tokens_per_chunk`` = GPU block size x ``blocks_per_chunk``.
     """
     infos = offloading_manager.config_info() if hasattr(offloading_manager, "config_info") \
         else ()
     info = dict(infos[0]) if infos else {}
-    chunks = info.get("cpu_num_chunks", getattr(offloading_manager, "_num_chunks", None))
+    chunks = info.get("cpu_num_chunks", getattr(spec, "num_chunks", None))
     if not isinstance(chunks, int) or chunks < 0:
         raise ConfigError(
             f"offloading manager: cpu_num_chunks={chunks!r}: pass the CPUOffloadingManager "
-            "of the offloading connector (cpu_bytes_to_use set)"
+            "of the offloading connector (cpu_bytes_to_use set), its OffloadingSpec, or "
+            "the capacity in chunks"
         )
     size = info.get("cpu_kv_cache_size_bytes")
     if chunks and isinstance(size, int):

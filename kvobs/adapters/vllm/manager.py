@@ -61,7 +61,8 @@ class VllmInstrumentation:
 def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
                                 offloading_manager: Any = None,
                                 host_block_tokens: int = 0,
-                                host_block_bytes: int = 0) -> VllmInstrumentation:
+                                host_block_bytes: int = 0,
+                                host_chunks: int | None = None) -> VllmInstrumentation:
     """Instrument a ``KVCacheManager`` (its ``BlockPool`` and lookups) and, optionally,
     the ``CPUOffloadingManager`` of its offloading connector.
 
@@ -71,6 +72,8 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
         offloading_manager: the connector's offloading manager, if offloading is on.
         host_block_tokens: tokens per offloading chunk (required with an offloading manager).
         host_block_bytes: bytes per chunk (0 if unknown).
+        host_chunks: the host tier's capacity in chunks (None: the manager's
+            ``config_info()``).
 
     Raises:
         AdapterError: a part is not the expected kind or is already instrumented (parts
@@ -97,7 +100,7 @@ def instrument_kv_cache_manager(manager: Any, rec: Recorder, *,
         if offloading_manager is not None:
             result.parts.append(instrument_offloading_manager(
                 offloading_manager, rec, block_tokens=host_block_tokens,
-                block_bytes=host_block_bytes, host_hits=host_hits))
+                block_bytes=host_block_bytes, capacity=host_chunks, host_hits=host_hits))
         undo.pop_all()
     return result
 
@@ -117,23 +120,25 @@ def instrument_scheduler(scheduler: Any, rec: Recorder, *, steps: bool = True,
     With ``steps`` (the default) the scheduler's own steps are timed for the measured
     prefill cost (:mod:`kvobs.adapters.vllm.steps`). ``offloading_spec`` (the
     connector's ``OffloadingSpec``, which the scheduler side does not keep) gives the host
-    tier's bytes per chunk where the manager does not publish them (vLLM 0.32); without
-    either, the host tier has no byte series.
+    tier's capacity and bytes per chunk where the manager does not publish them (vLLM
+    0.32); without either, the host tier has no byte series.
 
     Example:
         >>> inst = instrument_scheduler(scheduler, Recorder(engine="vllm"))  # doctest: +SKIP
     """
-    offloading, tokens, chunk_bytes = None, 0, 0
+    offloading, tokens, chunk_bytes, chunks = None, 0, 0, None
     side = getattr(getattr(scheduler, "connector", None), "connector_scheduler", None)
     manager = getattr(side, "manager", None)
     host = getattr(manager, "primary_tier", manager)  # tiering: its CPU primary tier
     if side is not None and "CPUOffloadingManager" in class_names(host):
         offloading = host
         tokens = int(side.config.kv_group_configs[0].tokens_per_chunk)
-        chunk_bytes = host_tier_capacity(offloading, tokens, spec=offloading_spec).block_bytes
+        capacity = host_tier_capacity(offloading, tokens, spec=offloading_spec)
+        chunk_bytes, chunks = capacity.block_bytes, capacity.blocks
     result = instrument_kv_cache_manager(scheduler.kv_cache_manager, rec,
                                          offloading_manager=offloading,
-                                         host_block_tokens=tokens, host_block_bytes=chunk_bytes)
+                                         host_block_tokens=tokens, host_block_bytes=chunk_bytes,
+                                         host_chunks=chunks)
     if hisparse_coordinator(scheduler) is not None:
         _attach_hisparse(scheduler, rec, result)
     if steps:

@@ -83,7 +83,7 @@ import dataclasses
 import functools
 import logging
 import threading
-from collections import deque
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -101,8 +101,6 @@ DEFAULT_ADDR = _plugin.DEFAULT_ADDR
 HOOK_FLAG = "_kvobs_scheduler_hook"
 WORKER_HOOK_FLAG = "_kvobs_worker_hook"
 SPEC_HOOK_FLAG = "_kvobs_spec_hook"
-#: Offloading specs kept for their scheduler (one per connector role and engine).
-MAX_SPECS = 8
 #: Worker endpoints start this many ports above the base port.
 WORKER_PORT_OFFSET = 100
 PORT_ATTEMPTS = _plugin.PORT_ATTEMPTS
@@ -119,7 +117,8 @@ class _Enabled:
         self.telemetry: Any = None
         self.instrumentations: list[Part] = []
         self.hooks: list[tuple[type, str, Any]] = []  # (class, method, original)
-        self.specs: deque[Any] = deque(maxlen=MAX_SPECS)  # offloading specs vLLM made
+        #: connector scheduler side -> the offloading spec it was built from
+        self.specs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
     @property
     def schedulers(self) -> int:
@@ -168,24 +167,21 @@ class _Enabled:
             return [part for inst in self.instrumentations for part in
                     (inst.parts if hasattr(inst, "parts") else (inst,))]
 
-    def remember_spec(self, spec: Any) -> None:
-        """Keep an offloading spec vLLM created until its scheduler is instrumented: the
-        connector drops it after building its scheduler side, and it is where vLLM 0.32
-        holds the host tier's bytes per chunk (bounded: the last few specs only)."""
+    def remember_spec(self, side: Any, spec: Any, *args: Any, **kwargs: Any) -> None:
+        """Keep the offloading spec a connector's scheduler side was built from until its
+        scheduler is instrumented: the side does not keep it, and it is where vLLM 0.32
+        publishes the host tier's chunks and bytes per chunk (held weakly, per side)."""
         with self.lock:
-            self.specs.append(spec)
+            self.specs[side] = spec
 
     def spec_of(self, scheduler: Any) -> Any:
-        """The offloading spec whose manager ``scheduler``'s connector uses (then
-        forgotten), or None."""
+        """The offloading spec ``scheduler``'s connector was built from (then forgotten),
+        or None."""
         side = getattr(getattr(scheduler, "connector", None), "connector_scheduler", None)
-        manager = getattr(side, "manager", None)
+        if side is None:
+            return None
         with self.lock:
-            for spec in self.specs:
-                if manager is not None and getattr(spec, "_manager", None) is manager:
-                    self.specs.remove(spec)
-                    return spec
-        return None
+            return self.specs.pop(side, None)
 
     def attach_worker(self, connector_worker: Any) -> TransferInstrumentation | None:
         """With ``KVOBS_WORKER_METRICS``, time each shard of the transfers of a worker
@@ -248,8 +244,10 @@ def register() -> None:
         _log.warning("kvobs_enable_failed", error=repr(exc))
 
 
-def _hook(cls: type, name: str, flag: str, then: Callable[[Any], Any]) -> None:
-    """Wrap ``cls.name`` so that ``then(self)`` runs after it, guarded."""
+def _hook(cls: type, name: str, flag: str, then: Callable[..., Any], *,
+          with_args: bool = False) -> None:
+    """Wrap ``cls.name`` so that ``then(self)`` (``then(self, *args, **kwargs)`` with
+    ``with_args``) runs after it, guarded."""
     original = getattr(cls, name)
     if getattr(original, flag, False):
         return
@@ -258,7 +256,10 @@ def _hook(cls: type, name: str, flag: str, then: Callable[[Any], Any]) -> None:
     def run_then_instrument(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         try:
-            then(self)
+            if with_args:
+                then(self, *args, **kwargs)
+            else:
+                then(self)
         except Exception as exc:  # vLLM goes on uninstrumented
             _log.warning("kvobs_instrument_failed", target=cls.__name__, error=repr(exc))
             if _STATE.recorder is not None:
@@ -273,8 +274,11 @@ def _hook(cls: type, name: str, flag: str, then: Callable[[Any], Any]) -> None:
 def enable() -> _Enabled:
     """Hook ``Scheduler.__init__`` and ``OffloadingConnectorWorker.register_kv_caches``
     so that new schedulers and offloading workers get instrumented, and
-    ``OffloadingSpecFactory.create_spec`` so that the host tier's bytes per chunk are
-    known where the offloading manager does not publish them (idempotent)."""
+    ``OffloadingConnectorScheduler.__init__`` so that the host tier's size is known where
+    the offloading manager does not publish it (idempotent)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+        OffloadingConnectorScheduler,
+    )
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
         OffloadingConnectorWorker,
     )
@@ -283,37 +287,9 @@ def enable() -> _Enabled:
         _hook(Scheduler, "__init__", HOOK_FLAG, _STATE.attach)
         _hook(OffloadingConnectorWorker, "register_kv_caches", WORKER_HOOK_FLAG,
               _STATE.attach_worker)
-        try:  # only for the host tier's bytes on vLLM 0.32: optional
-            from vllm.v1.kv_offload.factory import OffloadingSpecFactory
-        except ImportError as exc:
-            _log.warning("kvobs_instrument_partial", missing="OffloadingSpecFactory",
-                         error=repr(exc),
-                         effect="host tier bytes unknown where the manager publishes none")
-        else:
-            _hook_factory(OffloadingSpecFactory, "create_spec", _STATE.remember_spec)
+        _hook(OffloadingConnectorScheduler, "__init__", SPEC_HOOK_FLAG, _STATE.remember_spec,
+              with_args=True)
     return _STATE
-
-
-def _hook_factory(cls: type, name: str, then: Callable[[Any], Any]) -> None:
-    """Wrap the classmethod ``cls.name`` so that ``then(result)`` sees what it made."""
-    original = cls.__dict__[name]
-    if getattr(original.__func__, SPEC_HOOK_FLAG, False):
-        return
-    make = original.__func__
-
-    @functools.wraps(make)
-    def make_then_remember(klass: type, *args: Any, **kwargs: Any) -> Any:
-        result = make(klass, *args, **kwargs)
-        try:
-            then(result)
-        except Exception as exc:  # vLLM goes on; the host tier then has no byte figures
-            _log.warning("kvobs_instrument_failed", target=f"{cls.__name__}.{name}",
-                         error=repr(exc))
-        return result
-
-    setattr(make_then_remember, SPEC_HOOK_FLAG, True)
-    _STATE.hooks.append((cls, name, original))
-    setattr(cls, name, classmethod(make_then_remember))
 
 
 def disable() -> None:

@@ -58,7 +58,8 @@ def store(manager, keys, ctx, success=True):
 def test_store_lookup_load_evict_equal_the_managers_events(policy):
     manager = CPUOffloadingManager(num_chunks=CHUNKS, cache_policy=policy, enable_events=True)
     rec = Recorder(engine="vllm")
-    inst = instrument_offloading_manager(manager, rec, block_tokens=64, block_bytes=1 << 20)
+    inst = instrument_offloading_manager(manager, rec, block_tokens=64, block_bytes=1 << 20,
+                                         capacity=CHUNKS)
     assert inst.active
     ctx = ReqContext(req_id="chat-1")
     manager.on_new_request(ctx)
@@ -93,7 +94,7 @@ def test_store_lookup_load_evict_equal_the_managers_events(policy):
 def test_full_tier_drops_and_failed_stores_count(policy):
     manager = CPUOffloadingManager(num_chunks=CHUNKS, cache_policy=policy)
     rec = Recorder()
-    instrument_offloading_manager(manager, rec, block_tokens=64)
+    instrument_offloading_manager(manager, rec, block_tokens=64, capacity=CHUNKS)
     ctx = ReqContext(req_id="r")
     manager.on_new_request(ctx)
     store(manager, [key(i) for i in range(CHUNKS)], ctx)
@@ -119,7 +120,7 @@ def test_host_hits_are_attributed_to_the_requests_lookup():
     offload = CPUOffloadingManager(num_chunks=CHUNKS)
     rec = Recorder()
     instrument_kv_cache_manager(gpu_manager, rec, offloading_manager=offload,
-                                host_block_tokens=32)
+                                host_block_tokens=32, host_chunks=CHUNKS)
     req = request(list(range(100)))
     ctx = ReqContext(req_id=req.request_id)
     offload.on_new_request(ctx)
@@ -206,7 +207,7 @@ def test_wrong_objects_are_refused():
 def test_kvobs_failure_inside_a_store_is_counted_not_raised():
     manager = CPUOffloadingManager(num_chunks=CHUNKS)
     rec = Recorder()
-    instrument_offloading_manager(manager, rec, block_tokens=64)
+    instrument_offloading_manager(manager, rec, block_tokens=64, capacity=CHUNKS)
 
     def broken(keys):
         raise RuntimeError("thrash tracker broken")
@@ -234,3 +235,41 @@ def test_capacities_come_from_vllms_own_config_objects():
     manager = CPUOffloadingManager(num_chunks=CHUNKS, info=info)
     host = host_tier_capacity(manager, tokens_per_chunk=4 * gpu.block_tokens)
     assert (host.blocks, host.block_tokens, host.block_bytes) == (CHUNKS, 64, 4 * gpu.block_bytes)
+    rec = Recorder()
+    instrument_offloading_manager(manager, rec, block_tokens=64)  # capacity from config_info
+    assert rec.snapshot().tier("host").capacity_blocks == CHUNKS
+
+
+def test_a_manager_publishing_no_capacity_needs_one_given():
+    from kvobs.errors import ConfigError
+
+    manager = CPUOffloadingManager(num_chunks=CHUNKS)  # built without its spec's info
+    with pytest.raises(ConfigError, match="capacity in chunks"):
+        instrument_offloading_manager(manager, Recorder(), block_tokens=64)
+    assert "prepare_store" not in vars(manager), "a refused manager is left unwrapped"
+
+
+def test_second_readers_and_repeated_keys_follow_the_managers_counts():
+    """A chunk read twice is idle again only after its last reader; a key completed twice
+    in one call lands once; a key completed again after it landed changes nothing."""
+    manager = CPUOffloadingManager(num_chunks=CHUNKS)
+    rec = Recorder()
+    instrument_offloading_manager(manager, rec, block_tokens=64, capacity=CHUNKS)
+    ctx = ReqContext(req_id="r")
+    manager.on_new_request(ctx)
+    out = manager.prepare_store([key(1), key(2), key(3)], ctx)
+    manager.complete_store([key(1), key(1), key(2)], ctx)
+    assert_matches_engine(rec, manager)
+    manager.complete_store([key(1), key(3)], ctx)
+    assert_matches_engine(rec, manager)
+    assert rec.snapshot().tier("host").stores == len(out.keys_to_store) == 3
+    manager.prepare_load([key(1), key(2)], ctx)
+    manager.prepare_load([key(1)], ctx)  # a second reader of chunk 1
+    assert_matches_engine(rec, manager)
+    manager.complete_load([key(1), key(2)], ctx)
+    assert_matches_engine(rec, manager)
+    assert rec.snapshot().tier("host").in_use_blocks == 1  # chunk 1's second reader
+    manager.complete_load([key(1)], ctx)
+    assert_matches_engine(rec, manager)
+    manager.reset_cache()
+    assert_matches_engine(rec, manager)
