@@ -87,6 +87,34 @@ def _lookups() -> Section:
                                 sum_by("", tokens), "ignoring (outcome) group_left ()"),
                           "{{outcome}}")],
                    ratio=True),
+        timeseries("Why lookups missed: tokens by hit tier and miss cause",
+                   "Looked-up prompt tokens per second, walked from hits to each miss cause: "
+                   "gpu_hit, host_hit and disk_hit, then the missed ones by why they missed "
+                   "(kvobs_miss_tokens_total): cold (never seen: no cache size helps), evicted "
+                   "(seen farther back than the tiers hold: more capacity wins them back, the "
+                   "what-if curve says how much), other (held within the capacity, missed "
+                   "anyway: the engine's eviction policy, refused or unfinished offloads), "
+                   "not_cacheable (partial blocks, the prompt's last token) and unknown "
+                   "(looked up without block keys). The stack height is all looked-up tokens.",
+                   "short",
+                   [Query(sum_by("outcome", rate("kvobs_lookup_tokens_total",
+                                                 'outcome=~".+_hit"', ENGINE_PROCESS)),
+                          "{{outcome}}"),
+                    Query(sum_by("cause", rate("kvobs_miss_tokens_total", ENGINE_PROCESS)),
+                          "miss: {{cause}}")],
+                   axis_label="tokens/s", stacked=True, width=16),
+        stat("Missed tokens by cause over the window",
+             "Each miss cause's share of the prompt tokens looked up over the dashboard's "
+             "time range (a ratio of rates over the range: of increases alike): where the "
+             "missed tokens went.",
+             "percentunit",
+             [Query(ratio(sum_by("cause", rate("kvobs_miss_tokens_total", ENGINE_PROCESS,
+                                               window="$__range")),
+                          sum_by("", rate("kvobs_lookup_tokens_total", ENGINE_PROCESS,
+                                          window="$__range")),
+                          "ignoring (cause) group_left ()"),
+                    "{{cause}}")],
+             width=8),
         timeseries("Lookups per second",
                    "Prefix-cache lookups per second, one per admitted request. Together with "
                    "'Lookup tokens by outcome' it gives the prompt tokens per request.",

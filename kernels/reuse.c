@@ -19,8 +19,10 @@
  *       max_keys keys are live and a new one arrives, `track` is halved (not below
  *       threshold) and the keys above it are dropped, until one fits; at threshold, the
  *       least recently used key is forgotten instead.
- *   written_then_reference(written, keys) -> None: reference(written, False) of the list
- *       `written` (emptied), then reference(keys, True), in one call.
+ *   written_then_reference(written, keys[, miss_from, miss_to, capacity]): reference(written,
+ *       False) of the list `written` (emptied), then reference(keys, True), in one call;
+ *       given a lookup's missed keys (keys[miss_from:miss_to]) and a capacity in blocks,
+ *       returns their causes (cold, evicted, kept): see reuse_miss_class.
  *   counts() -> [per bucket]; stats() -> (total, sampled, forgotten, live).
  *   hits(size) -> float: with `samples` (every counted distance kept, exactly: the
  *       offline what-if of kvobs.whatif), the counted references at a distance <= size.
@@ -53,6 +55,10 @@
 #define REUSE_INITIAL_LIVE 4096
 
 #define REUSE_LOW_BITS ((1ULL << 24) - 1)
+/* The weight a tracked reference keeps per later one in the odds an untracked key is cold:
+ * about the last 32 tracked references count, so a workload that turns from new prompts to
+ * repeats is followed within a few hundred references at a sampling rate of 1/8. */
+#define REUSE_MISS_DECAY (31.0 / 32.0)
 
 /* A counted reference kept with `samples`: its distance (inf: cold) and what it counts. */
 typedef struct {
@@ -85,6 +91,10 @@ typedef struct {
     PyObject *near;               /* an exact core fed every key (see `near`), or NULL */
     long long far_refs;           /* with `near`: references beyond its reach, and of */
     long long far_tracked;        /* them those tracked, since the tracked share changed */
+    double far_cold, far_seen;    /* the recent counted tracked references beyond `near` */
+                                  /* (every one without it), cold / all, each decayed by */
+                                  /* REUSE_MISS_DECAY a reference: the odds an untracked */
+                                  /* missed key is cold (reuse_miss_class) */
     int nears;                    /* cores holding this one as their near core */
     int keep;                     /* `samples`: every counted distance kept, exact */
     Kept *kept;                   /* kept_len of kept_cap: (distance, weight) in order */
@@ -430,11 +440,54 @@ static void reuse_count_far(ReuseCore *self, Py_ssize_t bucket)
 static int reuse_ready(ReuseCore *self);
 static PyTypeObject ReuseCoreType;
 
+/* The missed keys of one lookup (its keys from..to-1), by cause: cold (first reference
+ * within the profile's horizon), evicted (seen, farther than `capacity`: an LRU cache of
+ * that size had evicted it) or kept (within `capacity`: LRU would have kept it, the
+ * engine missed it anyway). */
+typedef struct {
+    Py_ssize_t from, to;
+    double capacity;
+    long long cold, evicted, kept;
+} Miss;
+
+/* The cause of key j (its `bits`) in `bucket` of `core`'s bounds (n_bounds: cold), when j
+ * is one of the lookup's missed keys. An untracked key (REUSE_UNTRACKED: sampled out, so
+ * cold or farther than the exact stack reaches) is classed cold or evicted by the upper
+ * hash bits against the share of recent tracked ones found cold (integer counts). */
+static void reuse_miss_class(ReuseCore *self, const ReuseCore *core, Miss *miss, Py_ssize_t j,
+                             Py_ssize_t bucket, uint64_t bits)
+{
+    if (miss == NULL || j < miss->from || j >= miss->to)
+        return;
+    if (bucket == REUSE_UNTRACKED) {
+        double cold_share = (self->far_cold + 1.0) / (self->far_seen + 1.0);
+        double draw = (double)(bits >> 40) / (double)(1ULL << 24);
+        miss->cold += draw < cold_share;
+        miss->evicted += draw >= cold_share;
+    } else if (bucket >= core->n_bounds) {
+        miss->cold++;
+    } else if (core->bounds[bucket] <= miss->capacity) {
+        miss->kept++;
+    } else {
+        miss->evicted++;
+    }
+}
+
+/* A counted tracked reference beyond the near core (every one without it), into the odds
+ * that an untracked one is cold (the recent ones weigh most: REUSE_MISS_DECAY). */
+static inline void reuse_far_seen(ReuseCore *self, Py_ssize_t bucket)
+{
+    if (bucket < 0)
+        return;
+    self->far_seen = self->far_seen * REUSE_MISS_DECAY + 1.0;
+    self->far_cold = self->far_cold * REUSE_MISS_DECAY + (bucket >= self->n_bounds);
+}
+
 /* reuse_record's work, `busy` held. With a near core, every key read goes there first (in
  * order); a sampled key the near core found within its max_keys (its exact distance counted
  * there) only updates this core's recency, and one it did not is counted here at a distance
  * beyond max_keys: this core counts the references beyond the near core's reach alone. */
-static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
+static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted, Miss *miss)
 {
     PyObject *fast = PySequence_Fast(keys, "keys must be a sequence of hashable block keys");
     if (fast == NULL)
@@ -447,17 +500,19 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
     uint64_t *picked = stack;
     int64_t *picked_at = stack_at; /* the picked keys' positions in the call */
     ReuseCore *near = (ReuseCore *)self->near; /* fixed while `busy` (no __init__ then) */
-    uint64_t *every = near != NULL ? near_stack : NULL; /* every key's bits, for `near` */
+    const int all_bits = near != NULL || miss != NULL; /* every key's bits kept */
+    uint64_t *every = all_bits ? near_stack : NULL; /* every key's bits: `near`, `miss` */
     unsigned char *found = near != NULL ? found_stack : NULL; /* the near core found it */
     const int sampling = self->sampling; /* fixed while `busy` */
     if (n > REUSE_STACK_KEYS) {
         picked = PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
         picked_at = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
-        every = near != NULL ? PyMem_Malloc(sizeof(uint64_t) * (size_t)n) : NULL;
+        every = all_bits ? PyMem_Malloc(sizeof(uint64_t) * (size_t)n) : NULL;
         found = near != NULL ? PyMem_Malloc((size_t)n) : NULL;
     }
     int rc = -1;
-    if (picked == NULL || picked_at == NULL || (near != NULL && (every == NULL || found == NULL))) {
+    if (picked == NULL || picked_at == NULL || (all_bits && every == NULL)
+            || (near != NULL && found == NULL)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -475,8 +530,9 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
         Py_DECREF(key);
         if (failed)
             goto done;
-        if (every != NULL) {
+        if (every != NULL)
             every[i] = bits;
+        if (near != NULL) {
             Py_ssize_t row = ktab_home(&near->tbl, bits);
             __builtin_prefetch(&near->tbl.key[row]);
             __builtin_prefetch(&near->tbl.val[row]);
@@ -492,10 +548,18 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
     int64_t first = self->refs + 1; /* the call's first key is reference number `first` */
     self->refs += i;
     if (near == NULL) {
-        for (Py_ssize_t j = 0; j < m; j++) {
-            if (reuse_sample(self, picked[j], counted, sampling ? first + picked_at[j] : 0,
-                             0.0) == REUSE_ERROR)
-                goto done;
+        for (Py_ssize_t j = 0, k = 0; j < i; j++) {
+            Py_ssize_t b = REUSE_UNTRACKED;
+            if (k < m && picked_at[k] == j) {
+                b = reuse_sample(self, picked[k], counted, sampling ? first + j : 0, 0.0);
+                k++;
+                if (b == REUSE_ERROR)
+                    goto done;
+                if (counted)
+                    reuse_far_seen(self, b);
+            }
+            if (miss != NULL)
+                reuse_miss_class(self, self, miss, j, b, every[j]);
         }
         rc = 0;
         goto done;
@@ -512,6 +576,8 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
         if (b == REUSE_ERROR)
             goto done;
         found[j] = b < near->n_bounds; /* a distance found: within its max_keys */
+        if (found[j] && miss != NULL)
+            reuse_miss_class(self, near, miss, j, b, every[j]);
     }
     /* Then this core, key by key in order: the picked keys update their recency, and every
      * key the near core did not find goes to reuse_count_far (a tracked one counted at its
@@ -526,8 +592,12 @@ static int reuse_record_keys(ReuseCore *self, PyObject *keys, int counted)
             if (b == REUSE_ERROR)
                 goto done;
         }
-        if (far)
+        if (far) {
             reuse_count_far(self, b);
+            reuse_far_seen(self, b);
+        }
+        if (!found[j] && miss != NULL)
+            reuse_miss_class(self, self, miss, j, b, every[j]);
     }
     rc = 0;
 done:
@@ -555,12 +625,12 @@ static int reuse_ready(ReuseCore *self)
 /* Sample and profile `keys` (counted, or written); -1 with an exception set on failure.
  * `busy` is held while it runs: a key's __hash__ may run Python, which may not
  * re-initialise the core under it (its buffers are sized by the core's settings). */
-static int reuse_record(ReuseCore *self, PyObject *keys, int counted)
+static int reuse_record(ReuseCore *self, PyObject *keys, int counted, Miss *miss)
 {
     if (reuse_ready(self) < 0)
         return -1;
     self->busy++;
-    int rc = reuse_record_keys(self, keys, counted);
+    int rc = reuse_record_keys(self, keys, counted, miss);
     self->busy--;
     return rc;
 }
@@ -570,24 +640,38 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
     int counted = 1;
     if (!PyArg_ParseTuple(args, "O|p", &keys, &counted))
         return NULL;
-    return reuse_record(self, keys, counted) < 0 ? NULL : Py_NewRef(Py_None);
+    return reuse_record(self, keys, counted, NULL) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-/* written_then_reference(written, keys): the blocks written since the last lookup (a list,
- * taken and emptied first, even when a key fails), then a lookup's keys, counted: one call
- * where the recorder made two, with a Python frame (kvobs.recorder.Recorder.lookup). */
+/* written_then_reference(written, keys[, miss_from, miss_to, capacity]): the blocks written
+ * since the last lookup (a list, taken and emptied first, even when a key fails), then a
+ * lookup's keys, counted: one call where the recorder made two, with a Python frame
+ * (kvobs.recorder.Recorder.lookup). Given the lookup's missed keys (keys[miss_from:miss_to])
+ * and a capacity in blocks, returns their causes (cold, evicted, kept), else None. */
 static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *args,
                                               Py_ssize_t nargs)
 {
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError,
-                            "written_then_reference() takes 2 arguments (%zd given)", nargs);
+    if (nargs != 2 && nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "written_then_reference() takes 2 or 5 "
+                            "arguments (%zd given)", nargs);
     if (reuse_ready(self) < 0)
         return NULL;
     PyObject *written = args[0];
     if (!PyList_Check(written))
         return PyErr_Format(PyExc_TypeError, "written_then_reference(): written must be a "
                             "list, not %.100s", Py_TYPE(written)->tp_name);
+    Miss miss = {0, 0, 0.0, 0, 0, 0};
+    if (nargs == 5) {
+        miss.from = PyLong_AsSsize_t(args[2]);
+        miss.to = PyLong_AsSsize_t(args[3]);
+        miss.capacity = PyFloat_AsDouble(args[4]);
+        if (PyErr_Occurred())
+            return NULL;
+        if (miss.from < 0 || miss.to < miss.from)
+            return PyErr_Format(PyExc_ValueError, "written_then_reference(): the missed keys "
+                                "must be keys[miss_from:miss_to] with 0 <= miss_from <= "
+                                "miss_to, got %zd:%zd", miss.from, miss.to);
+    }
     if (PyList_GET_SIZE(written)) {
         /* Taken, then emptied, then recorded: keys written while the
          * call runs (a key's __hash__, another thread then) wait for the next lookup. */
@@ -595,12 +679,16 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
         if (taken == NULL)
             return NULL;
         int failed = PyList_SetSlice(written, 0, PyList_GET_SIZE(taken), NULL) < 0 ||
-                     reuse_record(self, taken, 0) < 0;
+                     reuse_record(self, taken, 0, NULL) < 0;
         Py_DECREF(taken);
         if (failed)
             return NULL;
     }
-    return reuse_record(self, args[1], 1) < 0 ? NULL : Py_NewRef(Py_None);
+    if (reuse_record(self, args[1], 1, nargs == 5 ? &miss : NULL) < 0)
+        return NULL;
+    if (nargs == 2)
+        return Py_NewRef(Py_None);
+    return Py_BuildValue("(LLL)", miss.cold, miss.evicted, miss.kept);
 }
 
 static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)
@@ -816,6 +904,7 @@ static int reuse_init(ReuseCore *self, PyObject *args, PyObject *kwds)
     self->live = self->clock = 0;
     self->sampled = 0.0;
     self->total = self->forgotten = self->refs = 0;
+    self->far_cold = self->far_seen = 0.0;
     /* Check the tuple-hash replica against the interpreter once; else build tuples. */
     self->tuple_hash_ok = check_tuple_hash();
     return self->tuple_hash_ok < 0 ? -1 : 0;
@@ -833,8 +922,9 @@ static PyMethodDef reuse_methods[] = {
     {"reference", (PyCFunction)reuse_reference, METH_VARARGS,
      "reference(keys, counted=True): sample and profile block keys."},
     {"written_then_reference", (PyCFunction)(void (*)(void))reuse_written_then_reference,
-     METH_FASTCALL, "written_then_reference(written, keys): written blocks (the list is "
-     "emptied), then a lookup's keys."},
+     METH_FASTCALL, "written_then_reference(written, keys[, miss_from, miss_to, capacity]): "
+     "written blocks (the list is emptied), then a lookup's keys; given its missed keys, "
+     "their causes (cold, evicted, kept)."},
     {"counts", (PyCFunction)reuse_counts, METH_NOARGS,
      "Counted references per bucket, in samples at threshold (the last: beyond every "
      "bound, cold)."},

@@ -168,6 +168,19 @@ METRICS: tuple[MetricSpec, ...] = (
         "Prompt tokens looked up, by where they were found: gpu_hit, host_hit (needs an "
         "onload), disk_hit, or miss (needs recompute). The outcomes sum to all looked-up tokens.",
     ),
+    _c(
+        "kvobs_miss_tokens_total",
+        "{token}",
+        ("cause",),
+        "Missed prompt tokens (outcome=\"miss\"), by why they missed: cold (first seen "
+        "within the reuse profile's horizon, 16x the tiers' capacity), evicted (seen before, "
+        "farther back than the capacity: more capacity wins it back), other (seen within the "
+        "capacity and missed anyway: a policy other than LRU, a refused or unfinished "
+        "offload), not_cacheable (no whole block the engine could hit: a partial last "
+        "block), unknown (looked up without block keys). The causes sum to the missed "
+        "tokens; cold and evicted are exact while the profile tracks every block, and "
+        "apportioned by the sampled blocks' split beyond that.",
+    ),
     _c("kvobs_preempted_lookups_total", "{lookup}", (),
        "Prefix-cache lookups of preempted requests at their re-admission (vLLM), left out of "
        "kvobs_lookups_total as vLLM's prefix-cache hit rate leaves them out."),

@@ -411,6 +411,11 @@ class Recorder:
         self.gpu_hit_tokens = 0
         self.host_hit_tokens = 0
         self.disk_hit_tokens = 0
+        #: missed tokens per cause (:data:`~kvobs.snapshot.MISS_CAUSES`), summing to the
+        #: lookups' missed tokens
+        self.miss_causes = [0, 0, 0, 0, 0]
+        #: tokens per lookup key (the GPU tier's block), set when the profile starts
+        self.key_tokens = 0
         self.prefill_cost = PrefillCost()
         self.host_saved_s = 0.0
         self.disk_saved_s = 0.0
@@ -504,7 +509,8 @@ class Recorder:
         return tuple(self._links.values())
 
     def lookup(self, tokens: int, gpu_hit: int = 0, host_hit: int = 0, disk_hit: int = 0,
-               keys: Sequence[Hashable] | None = None) -> None:
+               keys: Sequence[Hashable] | None = None,
+               cacheable_tokens: int | None = None) -> None:
         """One prefix lookup of ``tokens`` prompt tokens and where they were found.
 
         Tokens not found in any tier are misses. Hits beyond ``tokens`` raise ``tokens``
@@ -513,7 +519,17 @@ class Recorder:
         they are held and credited at the first cost known
         (:meth:`~kvobs.benefit.PrefillCost.hold`). ``keys``, the
         prompt's block keys in order (GPU blocks), feed the reuse-distance profile
-        (:mod:`kvobs.reuse`) and the trace, if one is open.
+        (:mod:`kvobs.reuse`) and the trace, if one is open, and give each missed token a
+        cause (:data:`~kvobs.snapshot.MISS_CAUSES`): the missed blocks' reuse distances
+        say cold, evicted or other; tokens beyond the blocks the engine could hit
+        (``cacheable_tokens``, default every key's) are not cacheable.
+
+        Example:
+            >>> rec = Recorder()
+            >>> _ = rec.add_tier("gpu", 4, block_tokens=16, block_bytes=0)
+            >>> rec.lookup(40, keys=["a", "b"]); rec.lookup(40, gpu_hit=16, keys=["a", "b"])
+            >>> rec.snapshot().lookups.miss_causes()
+            {'cold': 32, 'evicted': 0, 'other': 16, 'not_cacheable': 16, 'unknown': 0}
         """
         hits = gpu_hit + host_hit + disk_hit
         if tokens < hits:
@@ -529,20 +545,40 @@ class Recorder:
         if cost:
             self.host_saved_s += host_hit * cost
             self.disk_saved_s += disk_hit * cost
-        if keys is not None:
-            profile = self.reuse
-            if profile is None and self.profile_reuse:
-                profile = self.start_reuse_profile()
-            # the blocks written since, then this prompt: engine order (one profile call)
-            pending, trace = self.written_pending, self.trace
-            if trace is not None and pending:
-                trace.write(pending, written=True)
-            if profile is not None:
-                profile.written_then_reference(pending, keys)
-            else:
-                pending.clear()
-            if trace is not None:
-                trace.write(keys)
+        missed = tokens - hits
+        if keys is None:
+            self.miss_causes[4] += missed
+            return
+        profile = self.reuse
+        if profile is None and self.profile_reuse:
+            profile = self.start_reuse_profile()
+        # the blocks written since, then this prompt: engine order (one profile call)
+        pending, trace = self.written_pending, self.trace
+        if trace is not None and pending:
+            trace.write(pending, written=True)
+        block = self.key_tokens
+        if profile is None:
+            pending.clear()
+            self.miss_causes[4] += missed
+        elif not missed or not block:
+            profile.written_then_reference(pending, keys)
+            self.miss_causes[4] += missed
+        else:
+            first = -(-hits // block)  # the first block not (even partly) hit
+            last = len(keys) if cacheable_tokens is None else \
+                min(len(keys), cacheable_tokens // block)
+            classified = max(min(last - first, missed // block), 0)
+            found = profile.written_then_reference(
+                pending, keys, first, first + classified, profile.capacity_blocks)
+            assert found is not None
+            cold, evicted, other = found
+            causes = self.miss_causes
+            causes[0] += cold * block
+            causes[1] += evicted * block
+            causes[2] += other * block
+            causes[3] += missed - (cold + evicted + other) * block
+        if trace is not None:
+            trace.write(keys)
 
     def written(self, keys: Sequence[Hashable]) -> None:
         """Blocks ``keys`` entered the cache without a lookup (an answer's blocks written
@@ -640,12 +676,14 @@ class Recorder:
         """
         with self._setup_lock:
             if self.reuse is None:
+                tiers = list(self._tiers.values())
+                if tiers:  # lookup keys are GPU blocks
+                    self.key_tokens = self._tiers[GPU].block_tokens if GPU in self._tiers \
+                        else tiers[0].block_tokens
                 if capacity_blocks is None:
-                    tiers = list(self._tiers.values())
                     if not tiers:
                         return None
-                    block = self._tiers[GPU].block_tokens if GPU in self._tiers \
-                        else tiers[0].block_tokens
+                    block = self.key_tokens
                     held = [t.capacity_blocks * t.block_tokens for t in tiers]
                     tokens = sum(held) if self.exclusive_tiers else max(held)
                     capacity_blocks = max(tokens // max(block, 1), 1)
@@ -689,8 +727,11 @@ class Recorder:
             self.gpu_hit_tokens,
             self.host_hit_tokens,
             self.disk_hit_tokens,
+            tuple(self.miss_causes),
         )
-        relookups = None if self.relookups is None else LookupSnapshot(*self.relookups)
+        tally = self.relookups
+        relookups = None if tally is None else LookupSnapshot(tally[0], tally[1], tally[2],
+                                                              tally[3], tally[4])
         links = self.links
         cost = self.prefill_cost
         benefit = BenefitSnapshot(self.host_saved_s + cost.backlog_host_s,

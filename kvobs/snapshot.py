@@ -63,6 +63,18 @@ class LinkSnapshot:
     counts: bool = True  # False: a timing-only link (see LinkRecorder)
 
 
+#: Why a looked-up token missed every tier (``kvobs_miss_tokens_total{cause}``), in order:
+#: ``cold``: its block was first seen within the reuse profile's horizon (16x the capacity);
+#: ``evicted``: seen before, farther back than the tiers' capacity (an LRU cache of that
+#: size had evicted it; more capacity wins it back, the what-if curve says how much);
+#: ``other``: seen within the capacity, missed all the same (what the LRU model does not
+#: explain: an eviction policy other than LRU, a refused or failed offload, a store still
+#: in flight); ``not_cacheable``: tokens of no whole block the engine could hit (a partial
+#: last block, vLLM's always-computed last token); ``unknown``: looked up without block
+#: keys (an adapter that reports none, or the reuse profile off).
+MISS_CAUSES = ("cold", "evicted", "other", "not_cacheable", "unknown")
+
+
 @dataclass(frozen=True)
 class LookupSnapshot:
     """Prefix lookups counted in tokens, by where the tokens were found."""
@@ -72,6 +84,9 @@ class LookupSnapshot:
     gpu_hit: int
     host_hit: int
     disk_hit: int
+    #: missed tokens per :data:`MISS_CAUSES` (summing to :attr:`miss`), or None where
+    #: not kept (re-lookups)
+    causes: tuple[int, ...] | None = None
 
     @property
     def miss(self) -> int:
@@ -86,6 +101,16 @@ class LookupSnapshot:
             "disk_hit": self.disk_hit,
             "miss": self.miss,
         }
+
+    def miss_causes(self) -> dict[str, int]:
+        """Missed tokens per cause (:data:`MISS_CAUSES`); the values sum to :attr:`miss`.
+
+        Example:
+            >>> LookupSnapshot(1, 64, 16, 0, 0, (32, 0, 0, 16, 0)).miss_causes()["cold"]
+            32
+        """
+        causes = self.causes if self.causes is not None else (0, 0, 0, 0, self.miss)
+        return dict(zip(MISS_CAUSES, causes, strict=True))
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kvobs.misses import miss_sentence
 from kvobs.report.fetch import MAY_BE_UNKNOWN, PanelData
 
 #: The legends of the verdict panel's queries.
 SAVES, ONLOAD, NET = "saves", "onload", "net"
+#: The legend of a query per miss cause (``kvobs_miss_tokens_total{cause}``).
+CAUSE_LEGEND = "{{cause}}"
 #: What to do while the prefill cost is unknown (:mod:`kvobs.benefit`).
 COST_HINT = ("set KVOBS_PREFILL_SECONDS_PER_TOKEN to the engine's prefill seconds per prompt "
              "token, or wait for the measured cost")
@@ -56,8 +59,31 @@ def sentence(latest: Mapping[str, float], cost_unknown: bool = False) -> str | N
 
 def panel_verdict(panel: PanelData) -> str | None:
     """The sentence for a panel with ``saves`` and ``onload`` queries (``saves`` noted
-    unknown by the fetch where it had no value), else None."""
+    unknown by the fetch where it had no value), or one of miss causes' shares
+    (:func:`misses_verdict`), else None."""
+    if any(target.legend_format == CAUSE_LEGEND for target in panel.targets):
+        return misses_verdict(panel)
     latest = {target.legend_format: series.finite_samples[-1][1]
               for target in panel.targets for series in target.series[:1]
               if series.finite_samples}
     return sentence(latest, cost_unknown=MAY_BE_UNKNOWN[SAVES] in panel.notes)
+
+
+def misses_verdict(panel: PanelData) -> str | None:
+    """The sentence for a panel of each miss cause's share of the looked-up tokens (the
+    *Missed tokens by cause over the window* stat), from its latest values; None while
+    it has none.
+
+    Example:
+        >>> from kvobs.report.fetch import TargetData
+        >>> from kvobs.report.prometheus_api import Series
+        >>> shares = [Series({"cause": c}, [(0.0, v)]) for c, v in (("cold", 0.2),
+        ...                                                          ("evicted", 0.1))]
+        >>> misses_verdict(PanelData("t", "stat", "percentunit", "",
+        ...                          [TargetData(CAUSE_LEGEND, "q", shares)]))
+        '30% of prompt tokens missed: 20% never seen, 10% evicted'
+    """
+    shares = {series.labels.get("cause", ""): series.finite_samples[-1][1]
+              for target in panel.targets if target.legend_format == CAUSE_LEGEND
+              for series in target.series if series.finite_samples}
+    return miss_sentence(1.0, shares) if shares else None

@@ -61,6 +61,8 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
     add("kvobs_lookups_total", {}, snap.lookups.lookups)
     for outcome, tokens in snap.lookups.outcomes().items():
         add("kvobs_lookup_tokens_total", {"outcome": outcome}, tokens)
+    for cause, tokens in snap.lookups.miss_causes().items():
+        add("kvobs_miss_tokens_total", {"cause": cause}, tokens)
     if snap.relookups is not None:
         add("kvobs_preempted_lookups_total", {}, snap.relookups.lookups)
         for outcome, tokens in snap.relookups.outcomes().items():

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from kvobs.misses import capacity_gain, miss_sentence
 from kvobs.recorder import Recorder
 from kvobs.snapshot import RecorderSnapshot
 
@@ -66,12 +67,31 @@ def summary_fields(
         },
         "lookup_tokens_per_s": round(tokens / elapsed, 1),
         "lookup_tokens": split,
+        "misses": misses_verdict(prev, cur),
         "transfers": transfers,
         "thrash_onloads": cur.thrash.onloads_in_window,
         "offloaded_reused": cur.thrash.offloaded_reused,
         "offloaded_evicted_unused": cur.thrash.offloaded_evicted_unused,
         "instrumentation_errors": sum(cur.errors.values()),
     }
+
+
+def misses_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot) -> str:
+    """One sentence: the share of the interval's looked-up tokens that missed, by cause,
+    and what twice the capacity would win back of the evicted ones.
+
+    Example:
+        >>> from kvobs.recorder import Recorder
+        >>> rec = Recorder()
+        >>> _ = rec.add_tier("gpu", 4, block_tokens=16, block_bytes=0)
+        >>> before = rec.snapshot(); rec.lookup(40, keys=["a", "b"])
+        >>> misses_verdict(before, rec.snapshot())
+        '100% of prompt tokens missed: 80% never seen, 20% in partial blocks'
+    """
+    now, then = cur.lookups.miss_causes(), prev.lookups.miss_causes()
+    causes = {cause: now[cause] - then[cause] for cause in now}
+    return miss_sentence(cur.lookups.tokens - prev.lookups.tokens, causes,
+                         capacity_gain(prev.reuse, cur.reuse) if causes["evicted"] else None)
 
 
 def host_pool_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot,

@@ -68,7 +68,7 @@ def transfer(event: str, path: str, call: str, blocks: str, nbytes: str,
 
 #: The saving a lookup's host and disk hits add at the prefill cost (``Recorder.lookup``).
 LOOKUP_SAVED = ("            self.host_saved_s += host_hit * cost\n"
-                "            self.disk_saved_s += disk_hit * cost\n        if keys is not None:")
+                "            self.disk_saved_s += disk_hit * cost\n        missed = tokens - hits")
 
 
 def lookup_saved(tiers: tuple[str, ...] = ("host", "disk")) -> list[Mutant]:

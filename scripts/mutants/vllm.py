@@ -132,6 +132,14 @@ def mutants() -> list[m.Mutant]:
         *m.keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
         *m.keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
         *m.lookup_count(lookups, lookup),
+        # why tokens missed: each cause moved to its neighbour, and vLLM's last-token rule
+        # forgotten (the last block of a prompt of whole blocks then reads as a policy miss)
+        *[m.Mutant(f"miss.{a}->{b}", "kvobs/recorder.py", f"causes[{i}] += {a} * block",
+                   f"causes[{i + 1}] += {a} * block")
+          for i, (a, b) in enumerate((("cold", "evicted"), ("evicted", "other"),
+                                      ("other", "not_cacheable")))],
+        m.Mutant("miss.cacheable:every key", lookups, "cacheable_tokens=tokens - 1)  # vLLM",
+                 "cacheable_tokens=None)  # vLLM"),
         *m.keyword("lookup.disk_hit", lookups, lookup, "disk_hit", "min(disk, left - host)"),
         # an answer's blocks written into the reuse profile when its request releases them
         *m.recorder_call("reuse.written(release)", lookups, "inst.rec.written(keys)", "keys"),

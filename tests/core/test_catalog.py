@@ -18,6 +18,7 @@ ALLOWED_LABELS = {
     "state",
     "reason",
     "outcome",
+    "cause",  # why a token missed: five values (kvobs.snapshot.MISS_CAUSES)
     "src_tier",
     "dst_tier",
     "component",

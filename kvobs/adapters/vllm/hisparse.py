@@ -172,7 +172,8 @@ class HostServedHits(ExternalHits):
         if preempted:
             relookup(self.rec, tokens, gpu_hit - host, host, 0)
         else:
-            self.rec.lookup(tokens, gpu_hit=gpu_hit - host, host_hit=host, keys=keys)
+            self.rec.lookup(tokens, gpu_hit=gpu_hit - host, host_hit=host, keys=keys,
+                            cacheable_tokens=tokens - 1)
 
 
 def _gpu_pages(coordinator: Any, request_id: str, pages: int) -> int:

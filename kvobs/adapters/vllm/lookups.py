@@ -20,7 +20,9 @@ manager pinned for the request (:class:`HostHits`) and disk hits those the tieri
 adapter saw come from disk.
 
 Each lookup carries the request's block hashes (one per full GPU block) as keys: the
-reuse-distance profile (:mod:`kvobs.reuse`) and the ``KVOBS_TRACE_OUT`` trace.
+reuse-distance profile (:mod:`kvobs.reuse`), the ``KVOBS_TRACE_OUT`` trace and the
+missed tokens' causes. vLLM hits at most the whole blocks before a prompt's last token
+(it always computes that one), so the tokens after them are not cacheable.
 
 The blocks a request cached beyond its prompt (its answer, written during decode) go to
 the profile as ``written`` (:meth:`~kvobs.recorder.Recorder.written`) when the request's
@@ -148,7 +150,7 @@ class ExternalHits:
                 relookup(self.rec, tokens, gpu_hit, host, disk)
             else:
                 self.rec.lookup(tokens, gpu_hit=gpu_hit, host_hit=host, disk_hit=disk,
-                                keys=keys)
+                                keys=keys, cacheable_tokens=tokens - 1)
             return
         pending = self.pending
         pending[request_id] = (host, disk)
@@ -238,7 +240,7 @@ def _recorded(inst: LookupInstrumentation, state: None, result: None, request: A
     left = tokens - num_hits
     host = min(host, left)
     inst.rec.lookup(tokens, gpu_hit=num_hits, host_hit=host, disk_hit=min(disk, left - host),
-                    keys=keys)
+                    keys=keys, cacheable_tokens=tokens - 1)  # vLLM computes the last token
 
 
 def relookup(rec: Recorder, tokens: int, gpu_hit: int, host: int, disk: int) -> None:
