@@ -53,16 +53,18 @@ def selector(*extra: str) -> str:
     return ", ".join([*matchers, *extra])
 
 
-def all_values(rate_interval: str = "1m") -> dict[str, str]:
+def all_values(rate_interval: str = "1m", time_range: str = "1h") -> dict[str, str]:
     """Values Grafana substitutes with every filter on "All", for running queries outside it.
 
     Args:
         rate_interval: what ``$__rate_interval`` stands for (Grafana derives it from the
             scrape interval and the panel's resolution).
+        time_range: what ``$__range`` stands for (the dashboard's time range).
     """
     values = {name: ALL for name, _label, _help in FILTERS}
     values |= {name: ALL for name, _label, _help, _metric in REPEATS}
     values["__rate_interval"] = rate_interval
+    values["__range"] = time_range
     return values
 
 

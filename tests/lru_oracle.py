@@ -102,11 +102,16 @@ def exact_reuse_distances(events: Sequence[Event]) -> tuple[list[int], int]:
     events)`` in one pass (a Fenwick tree over event times marks each block's latest
     use): an LRU cache of ``size`` blocks hits exactly the distances ``<= size``, so this
     answers every size at once, as :func:`exact_lru_event_hit_ratio` does one size."""
+    found = reuse_distances_in_order(events)
+    return sorted(d for d in found if d is not None), len(found)
+
+
+def reuse_distances_in_order(events: Sequence[Event]) -> list[int | None]:
+    """The LRU reuse distance of each counted event, in order (None: cold)."""
     size = len(events) + 1
     tree = [0] * (size + 1)
     last: dict[object, int] = {}
-    distances: list[int] = []
-    counted = 0
+    distances: list[int | None] = []
     for now, (key, is_lookup) in enumerate(events, 1):
         previous = last.get(key)
         if previous is not None:
@@ -124,14 +129,14 @@ def exact_reuse_distances(events: Sequence[Event]) -> tuple[list[int], int]:
             while i <= size:
                 tree[i] -= 1
                 i += i & -i
+        elif is_lookup:
+            distances.append(None)
         last[key] = now
         i = now
         while i <= size:
             tree[i] += 1
             i += i & -i
-        counted += is_lookup
-    distances.sort()
-    return distances, counted
+    return distances
 
 
 def chat_with_answers(requests: int, seed: int, systems: int = 60,

@@ -77,7 +77,7 @@ def build_report(prometheus_url: str, out: str | Path, *, range_s: float = 900.0
         raise ReportError(f"--out {out}: the report is a PNG; give a path ending in .png")
     end = time.time() if end_s is None else end_s
     step = step_s or max(1.0, range_s / 240)
-    variables = all_values(rate_interval) | dict(filters or {})
+    variables = all_values(rate_interval, f"{range_s:.0f}s") | dict(filters or {})
     board = dashboard_json(dashboard)
     panels = fetch_panels(client, board, variables, end - range_s, end, step)
     chosen = ", ".join(f"{k}={v}" for k, v in sorted((filters or {}).items())) or "all instances"

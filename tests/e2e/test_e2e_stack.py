@@ -12,6 +12,7 @@ import math
 import struct
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 import zlib
@@ -150,6 +151,21 @@ def test_hit_outcomes_sum_to_all_lookup_tokens(client: PrometheusClient, settled
                          ' + sum(kvobs_lookup_tokens_total{outcome="miss"})')
     whole = client.query("sum(kvobs_lookup_tokens_total)")
     assert parts[0].samples[0][1] == whole[0].samples[0][1] > 0
+
+
+def test_miss_causes_add_up_to_the_missed_tokens_in_every_scrape(client: PrometheusClient,
+                                                                 settled: Any) -> None:
+    """kvobs demo's missed tokens, by cause, at every scrape Prometheus holds: the causes
+    sum to the misses, and the demo's churn shows prompts never seen and evicted ones."""
+    now = time.time()
+    gaps = client.query_range('sum by (instance) (kvobs_miss_tokens_total)'
+                              ' - on (instance) sum by (instance) '
+                              '(kvobs_lookup_tokens_total{outcome="miss"})',
+                              now - 120, now, 1.0)
+    assert gaps and all(v == 0 for s in gaps for _t, v in s.samples), gaps
+    causes = {s.labels["cause"]: s.samples[0][1]
+              for s in client.query("sum by (cause) (kvobs_miss_tokens_total)")}
+    assert causes["cold"] > 0 and causes["evicted"] > 0 and causes["unknown"] == 0, causes
 
 
 @pytest.mark.parametrize("unit", ["blocks", "bytes"])

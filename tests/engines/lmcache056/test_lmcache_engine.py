@@ -147,6 +147,10 @@ def test_lookups_are_one_per_request_with_lmcaches_tokens_and_hits(run):
                                                         for o in run.outcomes)
     assert lookups.host_hit == lm["lookup_hits"] == sum(o.lmcache_hit for o in run.outcomes)
     assert lookups.disk_hit == lookups.gpu_hit == 0     # one backend: every hit is host
+    # every looked-up token LMCache missed has a cause, from the chunk hashes it looked up
+    causes = lookups.miss_causes()
+    assert sum(causes.values()) == lm["lookup_tokens"] - lm["lookup_hits"]
+    assert causes["cold"] > 0 and causes["unknown"] == 0, causes
     assert lookups.host_hit / lookups.tokens == pytest.approx(
         lm["lookup_hits"] / lm["lookup_tokens"], abs=0)
     # the verdict's saving: each token LMCache hit is a prefill token not recomputed

@@ -135,6 +135,11 @@ def test_one_lookup_per_admitted_request_with_sglangs_cached_tokens(stand_ins, p
     assert lookups.host_hit > 0 and lookups.gpu_hit > 0
     assert engine.intact_tokens >= lookups.gpu_hit + lookups.host_hit > 0, \
         "the loaded-back KV bytes are the prompt's"
+    # every token SGLang computed has a cause, from the pages kvobs was handed
+    causes = lookups.miss_causes()
+    assert sum(causes.values()) == engine.prompt_tokens - engine.device_hit_tokens \
+        - engine.host_hit_tokens
+    assert causes["cold"] > 0 and causes["unknown"] == 0, causes
 
 
 @LOOPS

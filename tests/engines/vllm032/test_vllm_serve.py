@@ -47,6 +47,7 @@ import pytest
 import yaml
 
 from kvobs.report.prometheus_api import PrometheusClient, Series
+from kvobs.snapshot import MISS_CAUSES
 from kvobs.top.model import quantile
 from kvobs.units import format_value
 from tests.e2e.e2e_servers import Server, http_ok, poll
@@ -594,6 +595,26 @@ def net(run: Run, series: list[Series]) -> None:
     assert math.copysign(1, only.samples[0][1]) == math.copysign(1, want) and want != 0
 
 
+def hit_rates(run: Run) -> dict[tuple[str, ...], float]:
+    return {k: v for k, v in lookup_rates(run).items() if k != ("miss",)}
+
+
+def miss_causes(run: Run, series: list[Series]) -> None:
+    """Every cause, none negative, adding up to vLLM's missed tokens per second."""
+    causes = by(series, "cause")
+    assert {cause for (cause,) in causes} == set(MISS_CAUSES), causes
+    assert min(causes.values()) >= 0 and causes[("cold",)] > 0, causes
+    assert sum(causes.values()) == approx(lookup_rates(run)[("miss",)])
+
+
+def miss_shares(run: Run, series: list[Series]) -> None:
+    """The causes' shares over the range (the whole run) add up to the share of vLLM's
+    prompt tokens it neither hit nor loaded from the host."""
+    queries = run.value("vllm:prefix_cache_queries_total")
+    hits = run.value("vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total")
+    assert sum(by(series, "cause").values()) == approx((queries - hits) / queries)
+
+
 LINK = ("src_tier", "dst_tier")
 REUSED = total("kvobs_offloaded_reused_blocks_total")
 UNUSED = total("kvobs_offloaded_evicted_unused_blocks_total")
@@ -613,6 +634,9 @@ PANEL_CHECKS: dict[str, list[SeriesCheck]] = {
                                                  if k[1] == "cached"}, "tier", "state"),
                                 keyed(capacity_bytes, "tier")],
     "Lookup tokens by outcome": [keyed(lookup_rates, "outcome")],
+    "Why lookups missed: tokens by hit tier and miss cause": [keyed(hit_rates, "outcome"),
+                                                              miss_causes],
+    "Missed tokens by cause over the window": [miss_shares],
     "Hit ratio per tier": [keyed(hit_ratio_by_outcome, "outcome")],
     "Lookups per second": [scalar(lambda r: r.vllm_rate("vllm:request_success_total"))],
     "Transfer throughput per direction vs link peak": [keyed(bandwidth, *LINK), empty],
