@@ -22,7 +22,8 @@
  *   written_then_reference(written, keys[, miss_from, miss_to, capacity]): reference(written,
  *       False) of the list `written` (emptied), then reference(keys, True), in one call;
  *       given a lookup's missed keys (keys[miss_from:miss_to]) and a capacity in blocks,
- *       returns their causes (cold, evicted, kept): see reuse_miss_class.
+ *       returns their causes (cold, evicted, kept): see reuse_miss_class; given a list
+ *       kept_at too, appends the kept keys' positions in keys to it.
  *   counts() -> [per bucket]; stats() -> (total, sampled, forgotten, live).
  *   hits(size) -> float: with `samples` (every counted distance kept, exactly: the
  *       offline what-if of kvobs.whatif), the counted references at a distance <= size.
@@ -448,6 +449,8 @@ typedef struct {
     Py_ssize_t from, to;
     double capacity;
     long long cold, evicted, kept;
+    PyObject *kept_at;            /* a list the kept keys' positions are appended to, or NULL */
+    int failed;                   /* appending failed: an exception is set */
 } Miss;
 
 /* The cause of key j (its `bits`) in `bucket` of `core`'s bounds (n_bounds: cold), when j
@@ -468,6 +471,11 @@ static void reuse_miss_class(ReuseCore *self, const ReuseCore *core, Miss *miss,
         miss->cold++;
     } else if (core->bounds[bucket] <= miss->capacity) {
         miss->kept++;
+        if (miss->kept_at != NULL && !miss->failed) {
+            PyObject *at = PyLong_FromSsize_t(j);
+            miss->failed = at == NULL || PyList_Append(miss->kept_at, at) < 0;
+            Py_XDECREF(at);
+        }
     } else {
         miss->evicted++;
     }
@@ -643,16 +651,17 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
     return reuse_record(self, keys, counted, NULL) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-/* written_then_reference(written, keys[, miss_from, miss_to, capacity]): the blocks written
- * since the last lookup (a list, taken and emptied first, even when a key fails), then a
- * lookup's keys, counted: one call where the recorder made two, with a Python frame
- * (kvobs.recorder.Recorder.lookup). Given the lookup's missed keys (keys[miss_from:miss_to])
- * and a capacity in blocks, returns their causes (cold, evicted, kept), else None. */
+/* written_then_reference(written, keys[, miss_from, miss_to, capacity[, kept_at]]): the
+ * blocks written since the last lookup (a list, taken and emptied first, even when a key
+ * fails), then a lookup's keys, counted: one call where the recorder made two, with a
+ * Python frame (kvobs.recorder.Recorder.lookup). Given the lookup's missed keys
+ * (keys[miss_from:miss_to]) and a capacity in blocks, returns their causes (cold, evicted,
+ * kept), else None; the kept ones' positions in keys are appended to the list kept_at. */
 static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *args,
                                               Py_ssize_t nargs)
 {
-    if (nargs != 2 && nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "written_then_reference() takes 2 or 5 "
+    if (nargs != 2 && nargs != 5 && nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "written_then_reference() takes 2, 5 or 6 "
                             "arguments (%zd given)", nargs);
     if (reuse_ready(self) < 0)
         return NULL;
@@ -660,8 +669,14 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
     if (!PyList_Check(written))
         return PyErr_Format(PyExc_TypeError, "written_then_reference(): written must be a "
                             "list, not %.100s", Py_TYPE(written)->tp_name);
-    Miss miss = {0, 0, 0.0, 0, 0, 0};
-    if (nargs == 5) {
+    Miss miss = {0, 0, 0.0, 0, 0, 0, NULL, 0};
+    if (nargs == 6) {
+        if (!PyList_Check(args[5]))
+            return PyErr_Format(PyExc_TypeError, "written_then_reference(): kept_at must be "
+                                "a list, not %.100s", Py_TYPE(args[5])->tp_name);
+        miss.kept_at = args[5];
+    }
+    if (nargs >= 5) {
         miss.from = PyLong_AsSsize_t(args[2]);
         miss.to = PyLong_AsSsize_t(args[3]);
         miss.capacity = PyFloat_AsDouble(args[4]);
@@ -684,7 +699,7 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
         if (failed)
             return NULL;
     }
-    if (reuse_record(self, args[1], 1, nargs == 5 ? &miss : NULL) < 0)
+    if (reuse_record(self, args[1], 1, nargs >= 5 ? &miss : NULL) < 0 || miss.failed)
         return NULL;
     if (nargs == 2)
         return Py_NewRef(Py_None);

@@ -174,9 +174,10 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cause",),
         "Missed prompt tokens (outcome=\"miss\"), by why they missed: cold (first seen "
         "within the reuse profile's horizon, 16x the tiers' capacity), evicted (seen before, "
-        "farther back than the capacity: more capacity wins it back), other (seen within the "
-        "capacity and missed anyway: a policy other than LRU, a refused or unfinished "
-        "offload), not_cacheable (no whole block the engine could hit: a partial last "
+        "farther back than the capacity: more capacity wins it back), dropped (within the "
+        "capacity, its offload refused by a full tier), in_flight (within the capacity, its "
+        "offload still being written), other (within the capacity, missed anyway: a policy "
+        "other than LRU), not_cacheable (no whole block the engine could hit: a partial last "
         "block), unknown (looked up without block keys). The causes sum to the missed "
         "tokens; cold and evicted are exact while the profile tracks every block, and "
         "apportioned by the sampled blocks' split beyond that.",

@@ -3,17 +3,16 @@
 The causes are :data:`~kvobs.snapshot.MISS_CAUSES` (``kvobs_miss_tokens_total{cause}``).
 Each comes with its cure where there is one: evicted tokens come back with more capacity,
 and the reuse profile says how many (:func:`capacity_gain`); cold tokens no cache size
-helps; tokens missed within the capacity point at the engine's policy, refused or
-unfinished offloads.
+helps; dropped ones come back with a host tier that refuses fewer offloads; tokens missed
+within the capacity otherwise point at the engine's eviction policy.
 
 Example:
-    >>> said = miss_sentence(1000, {"cold": 210, "evicted": 120, "other": 30,
+    >>> said = miss_sentence(1000, {"cold": 210, "evicted": 120, "dropped": 30,
     ...                             "not_cacheable": 20, "unknown": 0}, gain=0.09)
     >>> for part in said.split(", "): print(part)
     38% of prompt tokens missed: 21% never seen
     12% evicted (2x the capacity wins back about 9 points)
-    3% missed within the capacity (policy
-    refused or unfinished offloads)
+    3% dropped by a full tier
     2% in partial blocks
 """
 
@@ -27,7 +26,9 @@ from kvobs.snapshot import MISS_CAUSES, ReuseSnapshot
 CAUSE_WORDS = {
     "cold": "never seen",
     "evicted": "evicted",
-    "other": "missed within the capacity (policy, refused or unfinished offloads)",
+    "dropped": "dropped by a full tier",
+    "in_flight": "still being offloaded",
+    "other": "missed within the capacity",
     "not_cacheable": "in partial blocks",
     "unknown": "without block keys",
 }

@@ -43,6 +43,7 @@ from kvobs.residency import ResidencyTracker
 from kvobs.reuse import ReuseProfile
 from kvobs.samples import SampleHistograms
 from kvobs.snapshot import (
+    MISS_CAUSES,
     BenefitSnapshot,
     LinkSnapshot,
     LookupSnapshot,
@@ -56,6 +57,8 @@ from kvobs.trace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from kvobs.trace import TraceWriter
 
 ResidentSource = Callable[[], tuple[int, int]]
+#: Positions of the causes in :attr:`Recorder.miss_causes` (:data:`MISS_CAUSES`' order).
+COLD, EVICTED, DROPPED, IN_FLIGHT, OTHER, NOT_CACHEABLE, UNKNOWN = range(len(MISS_CAUSES))
 #: Series an adapter exports beyond tiers and links: ``{metric: [(labels, value)]}``.
 SeriesSource = Callable[[], Mapping[str, list[tuple[dict[str, str], float]]]]
 
@@ -413,7 +416,10 @@ class Recorder:
         self.disk_hit_tokens = 0
         #: missed tokens per cause (:data:`~kvobs.snapshot.MISS_CAUSES`), summing to the
         #: lookups' missed tokens
-        self.miss_causes = [0, 0, 0, 0, 0]
+        self.miss_causes = [0] * len(MISS_CAUSES)
+        #: ``explain(keys) -> (dropped, in_flight)`` of lookup keys missed within the
+        #: capacity (an adapter that knows refused and unfinished offloads), or None
+        self.miss_explainer: Callable[[Sequence[Hashable]], tuple[int, int]] | None = None
         #: tokens per lookup key (the GPU tier's block), set when the profile starts
         self.key_tokens = 0
         self.prefill_cost = PrefillCost()
@@ -521,15 +527,17 @@ class Recorder:
         prompt's block keys in order (GPU blocks), feed the reuse-distance profile
         (:mod:`kvobs.reuse`) and the trace, if one is open, and give each missed token a
         cause (:data:`~kvobs.snapshot.MISS_CAUSES`): the missed blocks' reuse distances
-        say cold, evicted or other; tokens beyond the blocks the engine could hit
-        (``cacheable_tokens``, default every key's) are not cacheable.
+        say cold, evicted or within the capacity, and of those the :attr:`miss_explainer`
+        (if an adapter set one) which were dropped or in flight; tokens beyond the blocks
+        the engine could hit (``cacheable_tokens``, default every key's) are not
+        cacheable.
 
         Example:
             >>> rec = Recorder()
             >>> _ = rec.add_tier("gpu", 4, block_tokens=16, block_bytes=0)
             >>> rec.lookup(40, keys=["a", "b"]); rec.lookup(40, gpu_hit=16, keys=["a", "b"])
-            >>> rec.snapshot().lookups.miss_causes()
-            {'cold': 32, 'evicted': 0, 'other': 16, 'not_cacheable': 16, 'unknown': 0}
+            >>> {k: v for k, v in rec.snapshot().lookups.miss_causes().items() if v}
+            {'cold': 32, 'other': 16, 'not_cacheable': 16}
         """
         hits = gpu_hit + host_hit + disk_hit
         if tokens < hits:
@@ -547,7 +555,7 @@ class Recorder:
             self.disk_saved_s += disk_hit * cost
         missed = tokens - hits
         if keys is None:
-            self.miss_causes[4] += missed
+            self.miss_causes[UNKNOWN] += missed
             return
         profile = self.reuse
         if profile is None and self.profile_reuse:
@@ -557,26 +565,34 @@ class Recorder:
         if trace is not None and pending:
             trace.write(pending, written=True)
         block = self.key_tokens
+        causes = self.miss_causes
         if profile is None:
             pending.clear()
-            self.miss_causes[4] += missed
+            causes[UNKNOWN] += missed
         elif not missed or not block:
             profile.written_then_reference(pending, keys)
-            self.miss_causes[4] += missed
+            causes[UNKNOWN] += missed
         else:
             first = -(-hits // block)  # the first block not (even partly) hit
             last = len(keys) if cacheable_tokens is None else \
                 min(len(keys), cacheable_tokens // block)
             classified = max(min(last - first, missed // block), 0)
+            explain = self.miss_explainer
+            within: list[int] = []
             found = profile.written_then_reference(
-                pending, keys, first, first + classified, profile.capacity_blocks)
+                pending, keys, first, first + classified, profile.capacity_blocks,
+                *((within,) if explain is not None else ()))
             assert found is not None
             cold, evicted, other = found
-            causes = self.miss_causes
-            causes[0] += cold * block
-            causes[1] += evicted * block
-            causes[2] += other * block
-            causes[3] += missed - (cold + evicted + other) * block
+            dropped = in_flight = 0
+            if within and explain is not None:
+                dropped, in_flight = explain([keys[i] for i in within])
+            causes[COLD] += cold * block
+            causes[EVICTED] += evicted * block
+            causes[DROPPED] += dropped * block
+            causes[IN_FLIGHT] += in_flight * block
+            causes[OTHER] += (other - dropped - in_flight) * block
+            causes[NOT_CACHEABLE] += missed - (cold + evicted + other) * block
         if trace is not None:
             trace.write(keys)
 

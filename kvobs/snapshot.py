@@ -67,12 +67,15 @@ class LinkSnapshot:
 #: ``cold``: its block was first seen within the reuse profile's horizon (16x the capacity);
 #: ``evicted``: seen before, farther back than the tiers' capacity (an LRU cache of that
 #: size had evicted it; more capacity wins it back, the what-if curve says how much);
-#: ``other``: seen within the capacity, missed all the same (what the LRU model does not
-#: explain: an eviction policy other than LRU, a refused or failed offload, a store still
-#: in flight); ``not_cacheable``: tokens of no whole block the engine could hit (a partial
-#: last block, vLLM's always-computed last token); ``unknown``: looked up without block
-#: keys (an adapter that reports none, or the reuse profile off).
-MISS_CAUSES = ("cold", "evicted", "other", "not_cacheable", "unknown")
+#: ``dropped``: seen within the capacity, its offload refused by a full tier (an adapter
+#: that tells); ``in_flight``: seen within the capacity, its offload still being written at
+#: the lookup; ``other``: seen within the capacity, missed all the same (what the LRU model
+#: does not explain: an eviction policy other than LRU); ``not_cacheable``: tokens of no
+#: whole block the engine could hit (a partial last block, vLLM's always-computed last
+#: token); ``unknown``: looked up without block keys (an adapter that reports none, or the
+#: reuse profile off).
+MISS_CAUSES = ("cold", "evicted", "dropped", "in_flight", "other", "not_cacheable",
+               "unknown")
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,11 @@ class LookupSnapshot:
         """Missed tokens per cause (:data:`MISS_CAUSES`); the values sum to :attr:`miss`.
 
         Example:
-            >>> LookupSnapshot(1, 64, 16, 0, 0, (32, 0, 0, 16, 0)).miss_causes()["cold"]
+            >>> LookupSnapshot(1, 64, 16, 0, 0, (32, 0, 0, 0, 0, 16, 0)).miss_causes()["cold"]
             32
         """
-        causes = self.causes if self.causes is not None else (0, 0, 0, 0, self.miss)
+        causes = self.causes if self.causes is not None else \
+            (0,) * (len(MISS_CAUSES) - 1) + (self.miss,)
         return dict(zip(MISS_CAUSES, causes, strict=True))
 
 

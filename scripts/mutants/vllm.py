@@ -132,12 +132,12 @@ def mutants() -> list[m.Mutant]:
         *m.keyword("lookup.gpu_hit", lookups, lookup, "gpu_hit", "num_hits"),
         *m.keyword("lookup.host_hit", lookups, lookup, "host_hit", "host"),
         *m.lookup_count(lookups, lookup),
-        # why tokens missed: each cause moved to its neighbour, and vLLM's last-token rule
+        # why tokens missed: each cause moved to another, and vLLM's last-token rule
         # forgotten (the last block of a prompt of whole blocks then reads as a policy miss)
-        *[m.Mutant(f"miss.{a}->{b}", "kvobs/recorder.py", f"causes[{i}] += {a} * block",
-                   f"causes[{i + 1}] += {a} * block")
-          for i, (a, b) in enumerate((("cold", "evicted"), ("evicted", "other"),
-                                      ("other", "not_cacheable")))],
+        *[m.Mutant(f"miss.{a}->{b}", "kvobs/recorder.py", f"causes[{a.upper()}] += {a}",
+                   f"causes[{b.upper()}] += {a}")
+          for a, b in (("cold", "evicted"), ("evicted", "other"), ("dropped", "other"),
+                       ("in_flight", "other"))],
         m.Mutant("miss.cacheable:every key", lookups, "cacheable_tokens=tokens - 1)  # vLLM",
                  "cacheable_tokens=None)  # vLLM"),
         *m.keyword("lookup.disk_hit", lookups, lookup, "disk_hit", "min(disk, left - host)"),

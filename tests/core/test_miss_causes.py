@@ -40,8 +40,9 @@ def test_each_cause_by_construction():
     rec.lookup(10 * BLOCK, keys=blocks("churn", 10))        # 10 cold: a's now 10+ back
     rec.lookup(4 * BLOCK, keys=blocks("a", 4))              # 4 evicted
     rec.lookup(3 * BLOCK)                                   # no keys
-    assert causes(rec) == {"cold": 14 * BLOCK, "evicted": 4 * BLOCK, "other": 2 * BLOCK,
-                           "not_cacheable": 5, "unknown": 3 * BLOCK}
+    assert causes(rec) == {"cold": 14 * BLOCK, "evicted": 4 * BLOCK, "dropped": 0,
+                           "in_flight": 0, "other": 2 * BLOCK, "not_cacheable": 5,
+                           "unknown": 3 * BLOCK}
 
 
 def test_blocks_beyond_what_the_engine_could_hit_are_not_cacheable():
@@ -51,8 +52,8 @@ def test_blocks_beyond_what_the_engine_could_hit_are_not_cacheable():
     rec.lookup(4 * BLOCK, keys=blocks("a", 4), cacheable_tokens=4 * BLOCK - 1)
     rec.lookup(4 * BLOCK, gpu_hit=3 * BLOCK, keys=blocks("a", 4),
                cacheable_tokens=4 * BLOCK - 1)
-    assert causes(rec) == {"cold": 3 * BLOCK, "evicted": 0, "other": 0,
-                           "not_cacheable": 2 * BLOCK, "unknown": 0}
+    assert causes(rec) == {"cold": 3 * BLOCK, "evicted": 0, "dropped": 0, "in_flight": 0,
+                           "other": 0, "not_cacheable": 2 * BLOCK, "unknown": 0}
 
 
 def test_a_partly_hit_block_is_left_to_the_hit_and_the_rest_classified():
@@ -61,6 +62,24 @@ def test_a_partly_hit_block_is_left_to_the_hit_and_the_rest_classified():
     rec.lookup(3 * BLOCK, gpu_hit=BLOCK + 8, keys=blocks("a", 3))  # 8 tokens of block 1
     found = causes(rec)
     assert found["other"] == BLOCK and found["not_cacheable"] == 8  # block 2; block 1's rest
+
+
+def test_an_adapters_explainer_splits_the_misses_within_the_capacity():
+    """Of the blocks missed within the capacity, the ones the adapter says were refused
+    are dropped, the ones still being offloaded in flight; it is asked about those only."""
+    rec = recorder()
+    asked = []
+
+    def explain(keys):
+        asked.append(list(keys))
+        return sum(k == "a1" for k in keys), sum(k == "a2" for k in keys)
+
+    rec.miss_explainer = explain
+    rec.lookup(4 * BLOCK, keys=blocks("a", 4))
+    rec.lookup(4 * BLOCK, gpu_hit=BLOCK, keys=blocks("a", 4))
+    assert asked == [["a1", "a2", "a3"]]  # the cold ones are never asked about
+    found = causes(rec)
+    assert (found["dropped"], found["in_flight"], found["other"]) == (BLOCK, BLOCK, BLOCK)
 
 
 def test_without_the_reuse_profile_every_miss_is_unknown():

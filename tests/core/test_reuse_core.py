@@ -136,7 +136,7 @@ def test_written_then_reference_errors_are_clean_and_the_list_is_emptied() -> No
     assert pending == [] and profile.references == 0  # the lookup after it never counted
     with pytest.raises(TypeError, match="written must be a list"):
         profile.written_then_reference((b"a",), [b"c"])
-    with pytest.raises(TypeError, match="takes 2 or 5 arguments"):
+    with pytest.raises(TypeError, match="takes 2, 5 or 6 arguments"):
         profile.written_then_reference([])
 
 

@@ -48,7 +48,7 @@ Example (needs vLLM)::
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from kvobs.adapters.api import AdapterSpec, Hook, Instrumentation, instrument
@@ -88,6 +88,27 @@ class OffloadingInstrumentation(Instrumentation):
         self.refused: OrderedDict[Any, None] = OrderedDict()
         #: the manager's chunks, replayed from its calls (occupancy at each snapshot)
         self.chunks = HostChunks()
+        #: vLLM's ``make_offload_key(block_hash, group)``: a GPU block's chunk key
+        self.chunk_key: Callable[[Any, int], Any] = lambda block_hash, group: block_hash
+
+    def explain_misses(self, block_hashes: Sequence[Any]) -> tuple[int, int]:
+        """``(dropped, in_flight)`` of GPU blocks a lookup missed although an LRU cache of
+        the tiers' capacity would have held them: those whose offload this tier refused
+        (and has not stored since), and those whose offload is still being written. A
+        block's chunk key is vLLM's ``make_offload_key(block_hash, 0)`` (the first KV
+        cache group; with ``blocks_per_chunk`` > 1 only a chunk's last block matches)."""
+        refused, writing = self.refused, self.chunks.writing
+        if not refused and not writing:
+            return 0, 0
+        dropped = in_flight = 0
+        chunk_key = self.chunk_key
+        for block_hash in block_hashes:
+            key = chunk_key(block_hash, 0)
+            if key in writing:
+                in_flight += 1
+            elif key in refused:
+                dropped += 1
+        return dropped, in_flight
 
     def refuse(self, keys: Iterable[Any]) -> int:
         """Remember refused ``keys``; return how many were not refused before."""
@@ -281,4 +302,13 @@ def instrument_offloading_manager(manager: Any, rec: Recorder, *, block_tokens: 
     if inst.active:
         inst.tier.set_resident_source(inst.chunks.resident)
         inst.on_unwrap(lambda: inst.tier.set_resident_source(None))
+        try:
+            from vllm.v1.kv_offload.base import make_offload_key
+        except ImportError:  # a vLLM without it: refused and unfinished offloads read other
+            pass
+        else:
+            inst.chunk_key = make_offload_key
+            if rec.miss_explainer is None:
+                rec.miss_explainer = inst.explain_misses
+                inst.on_unwrap(lambda: setattr(rec, "miss_explainer", None))
     return inst

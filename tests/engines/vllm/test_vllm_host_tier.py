@@ -273,3 +273,30 @@ def test_second_readers_and_repeated_keys_follow_the_managers_counts():
     assert_matches_engine(rec, manager)
     manager.reset_cache()
     assert_matches_engine(rec, manager)
+
+
+def test_blocks_missed_within_the_capacity_are_dropped_or_in_flight_by_vllms_own_calls():
+    """A GPU block whose chunk vLLM refused to store (every host chunk pinned) misses as
+    dropped; one whose chunk is still being written misses as in flight; one stored and
+    missed anyway is other. The lookups' keys are the blocks' hashes, vLLM's chunk keys
+    ``make_offload_key(hash, 0)``."""
+    manager = CPUOffloadingManager(num_chunks=CHUNKS)
+    rec = Recorder()
+    rec.add_tier("gpu", 4, block_tokens=16, block_bytes=0)  # lookups count GPU blocks
+    instrument_offloading_manager(manager, rec, block_tokens=16, capacity=CHUNKS)
+    ctx = ReqContext(req_id="r")
+    manager.on_new_request(ctx)
+    store(manager, [key(i) for i in range(CHUNKS)], ctx)
+    manager.prepare_load([key(i) for i in range(CHUNKS)], ctx)    # every chunk pinned
+    assert manager.prepare_store([key(100), key(101)], ctx) is None  # refused
+    manager.complete_load([key(i) for i in range(CHUNKS)], ctx)
+    manager.prepare_store([key(200)], ctx)                          # being written
+    blocks = [i.to_bytes(8, "big") for i in (100, 101, 200, 3)]
+    rec.lookup(4 * 16, keys=blocks)   # all four computed: cold
+    rec.lookup(4 * 16, keys=blocks)   # missed again, each within the 8 blocks the tiers hold
+    causes = rec.snapshot().lookups.miss_causes()
+    assert (causes["cold"], causes["dropped"], causes["in_flight"], causes["other"]) == \
+        (4 * 16, 2 * 16, 16, 16)
+    manager.complete_store([key(200)], ctx)  # landed: no longer in flight
+    rec.lookup(16, keys=blocks[2:3])
+    assert rec.snapshot().lookups.miss_causes()["other"] == 2 * 16

@@ -48,8 +48,8 @@ def test_each_cause_equals_the_construction_and_adds_up_to_vllms_misses(tmp_path
 
     causes = rec.snapshot().lookups.miss_causes()
     whole = PROMPT_BLOCKS * BLOCK
-    assert causes == {"cold": 12 * whole, "evicted": 4 * whole, "other": 0,
-                      "not_cacheable": 17 * TAIL, "unknown": 0}
+    assert causes == {"cold": 12 * whole, "evicted": 4 * whole, "dropped": 0, "in_flight": 0,
+                      "other": 0, "not_cacheable": 17 * TAIL, "unknown": 0}
     assert sum(causes.values()) == vllm_missed(driver) == 16 * whole + 17 * TAIL
     assert driver.prefix_hits == whole  # the one repeat within the capacity
 
