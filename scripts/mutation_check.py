@@ -83,11 +83,14 @@ def check_isolation(tree: Path, suites: Suites) -> None:
             raise SystemExit(f"{python} imports kvobs from {found}, not the mutant in {tree}")
 
 
-def run_suites(tree: Path, suites: Suites, timeout: int) -> tuple[bool, str]:
-    """Whether every suite passed with the mutant tree's kvobs; else where it failed."""
+def run_suites(tree: Path, suites: Suites, timeout: int,
+               markers: str = "") -> tuple[bool, str]:
+    """Whether every suite passed with the mutant tree's kvobs; else where it failed
+    (``markers``: only the tests that expression selects, as ``pytest -m``)."""
     for python, suite in suites:
         proc = subprocess.run(
             [str(REPO / python), "-m", "pytest", str(REPO / suite), "-x", "-q",
+             *(("-m", markers) if markers else ()),
              "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
              "-k", "not broken_kvobs", f"--rootdir={REPO}",
              # pyproject's pythonpath (".": the repository) would put the repository's
@@ -110,6 +113,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true",
                         help="check that every mutant's snippet is in its file once, and exit")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per suite run")
+    parser.add_argument("-m", dest="markers", default="", metavar="EXPR",
+                        help='only the tests pytest -m EXPR selects (e.g. "not timing": '
+                             "a mutant killed by a wall-clock test alone is a loose kill)")
     parser.add_argument("--suite", action="append", metavar="PYTHON:PATH",
                         help="judge by this suite instead of the engine's (repeatable; a "
                              "quicker check of mutants one test file kills)")
@@ -140,7 +146,7 @@ def main() -> int:
             apply(mutant, tree)
             check_isolation(tree, suites)
             started = time.monotonic()
-            passed, where = run_suites(tree, suites, args.timeout)
+            passed, where = run_suites(tree, suites, args.timeout, args.markers)
             verdict = "SURVIVED" if passed else "killed"
             print(f"[{n}/{len(plan)}] {mutant.id:45} {verdict:8} "
                   f"{time.monotonic() - started:5.0f} s  {where}", flush=True)

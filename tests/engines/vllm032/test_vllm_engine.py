@@ -26,7 +26,7 @@ from tests.engines.vllm032.engine_run import BLOCK, GPU_BLOCKS, HOST_CHUNKS, MOD
 
 ENGINE_LABELS = {"dp_rank", "engine", "model"}
 OWN_LABELS = {"tier", "state", "reason", "outcome", "src_tier", "dst_tier", "component", "le",
-              "source", "engine_version", "support", "part"}
+              "source", "engine_version", "support", "part", "cause"}
 DIRECTIONS = {"store": ("gpu", "host", "GPU_to_CPU"), "load": ("host", "gpu", "CPU_to_GPU")}
 
 

@@ -338,6 +338,22 @@ def test_lookups_are_vllms_prefix_cache_and_the_clients_answers(run: Run) -> Non
     assert gpu + host == sum(a["prompt_tokens_details"]["cached_tokens"] for a in answers)
 
 
+def test_miss_causes_add_up_to_vllms_missed_tokens_in_every_scrape(run: Run) -> None:
+    """At every scrape from before the chats to E, kvobs's causes sum to the tokens vLLM
+    neither hit nor loaded from its host tier (its own counters, scraped from its own
+    endpoint at most a scrape interval apart: compared at the end, exactly, and at every
+    scrape against kvobs's own miss outcome)."""
+    client = PrometheusClient(run.prometheus.url, timeout_s=30)
+    gaps = client.query_range(
+        "sum(kvobs_miss_tokens_total) - sum(kvobs_lookup_tokens_total{outcome=\"miss\"})",
+        run.traffic.started - 5, run.at, 1.0)
+    assert gaps and all(v == 0 for s in gaps for _t, v in s.samples), gaps
+    missed = run.value("vllm:prefix_cache_queries_total") - run.value(
+        "vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total")
+    assert run.value("kvobs_miss_tokens_total") == missed > 0
+    assert run.value('kvobs_miss_tokens_total{cause="unknown"}') == 0
+
+
 @pytest.mark.parametrize("link", sorted(LINKS), ids="->".join)
 def test_transfers_are_vllms_offload_counters(run: Run, link: tuple[str, str]) -> None:
     v, kind, vllm_type = run.value, {STORE: "store", LOAD: "load"}[LINKS[link]], LINKS[link]
