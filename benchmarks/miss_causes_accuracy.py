@@ -50,7 +50,7 @@ def profile_causes(events: list[Event], capacity: int,
                 profile.write(chunk)
                 continue
             found = profile.written_then_reference([], chunk, 0, len(chunk), capacity)
-            totals = [a + b for a, b in zip(totals, found, strict=True)]
+            totals = [a + b for a, b in zip(totals, found[:3], strict=True)]
     return (totals[0], totals[1], totals[2]), profile.tracking_rate
 
 

@@ -106,14 +106,20 @@ def _lookups() -> Section:
         stat("Missed tokens by cause over the window",
              "Each miss cause's share of the prompt tokens looked up over the dashboard's "
              "time range (a ratio of rates over the range: of increases alike): where the "
-             "missed tokens went.",
+             "missed tokens went; and the share an LRU cache of twice the tiers' capacity "
+             "would have hit of the evicted ones (what doubling the capacity wins back).",
              "percentunit",
              [Query(ratio(sum_by("cause", rate("kvobs_miss_tokens_total", ENGINE_PROCESS,
                                                window="$__range")),
                           sum_by("", rate("kvobs_lookup_tokens_total", ENGINE_PROCESS,
                                           window="$__range")),
                           "ignoring (cause) group_left ()"),
-                    "{{cause}}")],
+                    "{{cause}}"),
+              Query(ratio(sum_by("", rate("kvobs_miss_recoverable_tokens_total", ENGINE_PROCESS,
+                                          window="$__range")),
+                          sum_by("", rate("kvobs_lookup_tokens_total", ENGINE_PROCESS,
+                                          window="$__range"))),
+                    "2x capacity wins back")],
              width=8),
         timeseries("Lookups per second",
                    "Prefix-cache lookups per second, one per admitted request. Together with "

@@ -22,7 +22,8 @@
  *   written_then_reference(written, keys[, miss_from, miss_to, capacity]): reference(written,
  *       False) of the list `written` (emptied), then reference(keys, True), in one call;
  *       given a lookup's missed keys (keys[miss_from:miss_to]) and a capacity in blocks,
- *       returns their causes (cold, evicted, kept): see reuse_miss_class; given a list
+ *       returns their causes (cold, evicted, kept, recoverable: the evicted ones within
+ *       twice the capacity): see reuse_miss_class; given a list
  *       kept_at too, appends the kept keys' positions in keys to it.
  *   counts() -> [per bucket]; stats() -> (total, sampled, forgotten, live).
  *   hits(size) -> float: with `samples` (every counted distance kept, exactly: the
@@ -60,6 +61,8 @@
  * about the last 32 tracked references count, so a workload that turns from new prompts to
  * repeats is followed within a few hundred references at a sampling rate of 1/8. */
 #define REUSE_MISS_DECAY (31.0 / 32.0)
+/* The capacity step a missed evicted key is told recoverable at: twice the capacity. */
+#define REUSE_MISS_WIDER 2.0
 
 /* A counted reference kept with `samples`: its distance (inf: cold) and what it counts. */
 typedef struct {
@@ -449,6 +452,7 @@ typedef struct {
     Py_ssize_t from, to;
     double capacity;
     long long cold, evicted, kept;
+    long long recoverable;        /* of the evicted, those within REUSE_MISS_WIDER x capacity */
     PyObject *kept_at;            /* a list the kept keys' positions are appended to, or NULL */
     int failed;                   /* appending failed: an exception is set */
 } Miss;
@@ -478,6 +482,7 @@ static void reuse_miss_class(ReuseCore *self, const ReuseCore *core, Miss *miss,
         }
     } else {
         miss->evicted++;
+        miss->recoverable += core->bounds[bucket] <= REUSE_MISS_WIDER * miss->capacity;
     }
 }
 
@@ -656,7 +661,8 @@ static PyObject *reuse_reference(ReuseCore *self, PyObject *args)
  * fails), then a lookup's keys, counted: one call where the recorder made two, with a
  * Python frame (kvobs.recorder.Recorder.lookup). Given the lookup's missed keys
  * (keys[miss_from:miss_to]) and a capacity in blocks, returns their causes (cold, evicted,
- * kept), else None; the kept ones' positions in keys are appended to the list kept_at. */
+ * kept) and how many of the evicted twice the capacity would have kept, else None; the
+ * kept ones' positions in keys are appended to the list kept_at. */
 static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *args,
                                               Py_ssize_t nargs)
 {
@@ -669,7 +675,7 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
     if (!PyList_Check(written))
         return PyErr_Format(PyExc_TypeError, "written_then_reference(): written must be a "
                             "list, not %.100s", Py_TYPE(written)->tp_name);
-    Miss miss = {0, 0, 0.0, 0, 0, 0, NULL, 0};
+    Miss miss = {0, 0, 0.0, 0, 0, 0, 0, NULL, 0};
     if (nargs == 6) {
         if (!PyList_Check(args[5]))
             return PyErr_Format(PyExc_TypeError, "written_then_reference(): kept_at must be "
@@ -703,7 +709,7 @@ static PyObject *reuse_written_then_reference(ReuseCore *self, PyObject *const *
         return NULL;
     if (nargs == 2)
         return Py_NewRef(Py_None);
-    return Py_BuildValue("(LLL)", miss.cold, miss.evicted, miss.kept);
+    return Py_BuildValue("(LLLL)", miss.cold, miss.evicted, miss.kept, miss.recoverable);
 }
 
 static PyObject *reuse_counts(ReuseCore *self, PyObject *unused)

@@ -182,6 +182,11 @@ METRICS: tuple[MetricSpec, ...] = (
         "tokens; cold and evicted are exact while the profile tracks every block, and "
         "apportioned by the sampled blocks' split beyond that.",
     ),
+    _c("kvobs_miss_recoverable_tokens_total", "{token}", (),
+       "Of the evicted missed tokens (kvobs_miss_tokens_total{cause=\"evicted\"}), those an "
+       "LRU cache of twice the tiers' capacity would have hit: what doubling the capacity "
+       "wins back, in tokens (exact for the blocks the reuse profile tracks; a sampled-out "
+       "block is never counted here)."),
     _c("kvobs_preempted_lookups_total", "{lookup}", (),
        "Prefix-cache lookups of preempted requests at their re-admission (vLLM), left out of "
        "kvobs_lookups_total as vLLM's prefix-cache hit rate leaves them out."),

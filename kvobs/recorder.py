@@ -417,6 +417,8 @@ class Recorder:
         #: missed tokens per cause (:data:`~kvobs.snapshot.MISS_CAUSES`), summing to the
         #: lookups' missed tokens
         self.miss_causes = [0] * len(MISS_CAUSES)
+        #: evicted missed tokens an LRU cache of twice the capacity would have hit
+        self.miss_recoverable = 0
         #: ``explain(keys) -> (dropped, in_flight)`` of lookup keys missed within the
         #: capacity (an adapter that knows refused and unfinished offloads), or None
         self.miss_explainer: Callable[[Sequence[Hashable]], tuple[int, int]] | None = None
@@ -583,12 +585,13 @@ class Recorder:
                 pending, keys, first, first + classified, profile.capacity_blocks,
                 *((within,) if explain is not None else ()))
             assert found is not None
-            cold, evicted, other = found
+            cold, evicted, other, recoverable = found
             dropped = in_flight = 0
             if within and explain is not None:
                 dropped, in_flight = explain([keys[i] for i in within])
             causes[COLD] += cold * block
             causes[EVICTED] += evicted * block
+            self.miss_recoverable += recoverable * block
             causes[DROPPED] += dropped * block
             causes[IN_FLIGHT] += in_flight * block
             causes[OTHER] += (other - dropped - in_flight) * block
@@ -744,6 +747,7 @@ class Recorder:
             self.host_hit_tokens,
             self.disk_hit_tokens,
             tuple(self.miss_causes),
+            self.miss_recoverable,
         )
         tally = self.relookups
         relookups = None if tally is None else LookupSnapshot(tally[0], tally[1], tally[2],

@@ -189,13 +189,15 @@ class ReuseProfile:
         #: ``written_then_reference(written, keys[, miss_from, miss_to, capacity])``: the
         #: blocks written since the last lookup (a list, emptied), then a lookup's keys;
         #: one C call. Given the lookup's missed keys (``keys[miss_from:miss_to]``) and a
-        #: capacity in blocks, it returns their causes ``(cold, evicted, other)``: first
-        #: seen within the horizon (16x the capacity; a block last seen beyond it reads
-        #: cold too), seen farther back than the capacity, or within it (an LRU cache of
-        #: that size would have kept it). Exact for every key the profile tracks; an
-        #: untracked one (sampled out) is cold or evicted in the proportion of the last
-        #: tracked ones beyond the exact stack (about 32 of them).
-        self.written_then_reference: Callable[..., tuple[int, int, int] | None] = \
+        #: capacity in blocks, it returns their causes ``(cold, evicted, other,
+        #: recoverable)``: first seen within the horizon (16x the capacity; a block last
+        #: seen beyond it reads cold too), seen farther back than the capacity, or within
+        #: it (an LRU cache of that size would have kept it), and of the evicted ones
+        #: those within twice the capacity. Exact for every key the profile tracks; an
+        #: untracked one (sampled out) is cold or evicted (never recoverable) in the
+        #: proportion of the last tracked ones beyond the exact stack (about 32 of them);
+        #: a list ``kept_at`` after the capacity gets the within-capacity keys' positions.
+        self.written_then_reference: Callable[..., tuple[int, int, int, int] | None] = \
             self._core.written_then_reference
 
     @property

@@ -90,6 +90,8 @@ class LookupSnapshot:
     #: missed tokens per :data:`MISS_CAUSES` (summing to :attr:`miss`), or None where
     #: not kept (re-lookups)
     causes: tuple[int, ...] | None = None
+    #: of the evicted missed tokens, those an LRU cache of twice the capacity would hit
+    recoverable: int = 0
 
     @property
     def miss(self) -> int:

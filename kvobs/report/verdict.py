@@ -27,8 +27,10 @@ from kvobs.report.fetch import MAY_BE_UNKNOWN, PanelData
 
 #: The legends of the verdict panel's queries.
 SAVES, ONLOAD, NET = "saves", "onload", "net"
-#: The legend of a query per miss cause (``kvobs_miss_tokens_total{cause}``).
+#: The legend of a query per miss cause (``kvobs_miss_tokens_total{cause}``), and of the
+#: share twice the capacity would win back (``kvobs_miss_recoverable_tokens_total``).
 CAUSE_LEGEND = "{{cause}}"
+RECOVERABLE_LEGEND = "2x capacity wins back"
 #: What to do while the prefill cost is unknown (:mod:`kvobs.benefit`).
 COST_HINT = ("set KVOBS_PREFILL_SECONDS_PER_TOKEN to the engine's prefill seconds per prompt "
              "token, or wait for the measured cost")
@@ -79,11 +81,17 @@ def misses_verdict(panel: PanelData) -> str | None:
         >>> from kvobs.report.prometheus_api import Series
         >>> shares = [Series({"cause": c}, [(0.0, v)]) for c, v in (("cold", 0.2),
         ...                                                          ("evicted", 0.1))]
-        >>> misses_verdict(PanelData("t", "stat", "percentunit", "",
-        ...                          [TargetData(CAUSE_LEGEND, "q", shares)]))
-        '30% of prompt tokens missed: 20% never seen, 10% evicted'
+        >>> won = [Series({}, [(0.0, 0.04)])]
+        >>> said = misses_verdict(PanelData("t", "stat", "percentunit", "", [
+        ...     TargetData(CAUSE_LEGEND, "q", shares), TargetData(RECOVERABLE_LEGEND, "q", won)]))
+        >>> said.split(": ")[1]
+        '20% never seen, 10% evicted (2x the capacity wins back 4 points)'
     """
     shares = {series.labels.get("cause", ""): series.finite_samples[-1][1]
               for target in panel.targets if target.legend_format == CAUSE_LEGEND
               for series in target.series if series.finite_samples}
-    return miss_sentence(1.0, shares) if shares else None
+    recoverable = [series.finite_samples[-1][1] for target in panel.targets
+                   if target.legend_format == RECOVERABLE_LEGEND
+                   for series in target.series if series.finite_samples]
+    return miss_sentence(1.0, shares, recoverable[0] if recoverable else None) \
+        if shares else None

@@ -63,6 +63,7 @@ def snapshot_series(snap: RecorderSnapshot) -> Series:
         add("kvobs_lookup_tokens_total", {"outcome": outcome}, tokens)
     for cause, tokens in snap.lookups.miss_causes().items():
         add("kvobs_miss_tokens_total", {"cause": cause}, tokens)
+    add("kvobs_miss_recoverable_tokens_total", {}, snap.lookups.recoverable)
     if snap.relookups is not None:
         add("kvobs_preempted_lookups_total", {}, snap.relookups.lookups)
         for outcome, tokens in snap.relookups.outcomes().items():

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from kvobs.misses import capacity_gain, miss_sentence
+from kvobs.misses import miss_sentence
 from kvobs.recorder import Recorder
 from kvobs.snapshot import RecorderSnapshot
 
@@ -91,7 +91,7 @@ def misses_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot) -> str:
     now, then = cur.lookups.miss_causes(), prev.lookups.miss_causes()
     causes = {cause: now[cause] - then[cause] for cause in now}
     return miss_sentence(cur.lookups.tokens - prev.lookups.tokens, causes,
-                         capacity_gain(prev.reuse, cur.reuse) if causes["evicted"] else None)
+                         cur.lookups.recoverable - prev.lookups.recoverable)
 
 
 def host_pool_verdict(prev: RecorderSnapshot, cur: RecorderSnapshot,

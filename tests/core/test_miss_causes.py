@@ -43,6 +43,20 @@ def test_each_cause_by_construction():
     assert causes(rec) == {"cold": 14 * BLOCK, "evicted": 4 * BLOCK, "dropped": 0,
                            "in_flight": 0, "other": 2 * BLOCK, "not_cacheable": 5,
                            "unknown": 3 * BLOCK}
+    # the evicted blocks were 14 blocks back: twice the capacity (16) would have kept them
+    assert rec.snapshot().lookups.recoverable == 4 * BLOCK
+
+
+def test_evicted_blocks_beyond_twice_the_capacity_are_not_recoverable():
+    rec = recorder(capacity_blocks=8)
+    rec.lookup(2 * BLOCK, keys=blocks("a", 2))
+    rec.lookup(9 * BLOCK, keys=blocks("near", 9))   # a's 10 back: within 16
+    rec.lookup(2 * BLOCK, keys=blocks("a", 2))
+    rec.lookup(20 * BLOCK, keys=blocks("far", 20))  # a's 21 back: beyond 16
+    rec.lookup(2 * BLOCK, keys=blocks("a", 2))
+    lookups = rec.snapshot().lookups
+    assert lookups.miss_causes()["evicted"] == 4 * BLOCK
+    assert lookups.recoverable == 2 * BLOCK
 
 
 def test_blocks_beyond_what_the_engine_could_hit_are_not_cacheable():
@@ -135,7 +149,7 @@ def test_sampled_causes_estimate_cold_and_evicted_within_a_few_percent(exact_key
         + [[k] for k in range(n, 2 * n, 2)]
     cold = evicted = other = 0
     for keys in references:
-        c, e, o = profile.written_then_reference([], keys, 0, 1, capacity)
+        c, e, o, _ = profile.written_then_reference([], keys, 0, 1, capacity)
         cold, evicted, other = cold + c, evicted + e, other + o
     # every block once (cold), the even ones again 4,000 to 8,000 blocks later (evicted:
     # beyond 1,000), then 4,000 new ones (cold)

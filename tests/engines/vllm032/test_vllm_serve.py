@@ -631,6 +631,15 @@ def miss_shares(run: Run, series: list[Series]) -> None:
     assert sum(by(series, "cause").values()) == approx((queries - hits) / queries)
 
 
+def recoverable_share(run: Run, series: list[Series]) -> None:
+    """kvobs's own count (vLLM has none alike): evicted tokens twice the capacity would
+    hit, over the looked-up tokens, never above the evicted share."""
+    [only] = series
+    tokens = run.value("kvobs_lookup_tokens_total")
+    assert only.samples[0][1] == approx(run.value("kvobs_miss_recoverable_tokens_total") / tokens)
+    assert only.samples[0][1] <= run.value('kvobs_miss_tokens_total{cause="evicted"}') / tokens
+
+
 LINK = ("src_tier", "dst_tier")
 REUSED = total("kvobs_offloaded_reused_blocks_total")
 UNUSED = total("kvobs_offloaded_evicted_unused_blocks_total")
@@ -652,7 +661,7 @@ PANEL_CHECKS: dict[str, list[SeriesCheck]] = {
     "Lookup tokens by outcome": [keyed(lookup_rates, "outcome")],
     "Why lookups missed: tokens by hit tier and miss cause": [keyed(hit_rates, "outcome"),
                                                               miss_causes],
-    "Missed tokens by cause over the window": [miss_shares],
+    "Missed tokens by cause over the window": [miss_shares, recoverable_share],
     "Hit ratio per tier": [keyed(hit_ratio_by_outcome, "outcome")],
     "Lookups per second": [scalar(lambda r: r.vllm_rate("vllm:request_success_total"))],
     "Transfer throughput per direction vs link peak": [keyed(bandwidth, *LINK), empty],
