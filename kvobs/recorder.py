@@ -588,7 +588,13 @@ class Recorder:
             cold, evicted, other, recoverable = found
             dropped = in_flight = 0
             if within and explain is not None:
-                dropped, in_flight = explain([keys[i] for i in within])
+                try:  # an adapter's reader: never into the engine, never past `other`
+                    dropped, in_flight = explain([keys[i] for i in within])
+                    dropped = min(max(dropped, 0), other)
+                    in_flight = min(max(in_flight, 0), other - dropped)
+                except Exception as exc:
+                    self.error("recorder.miss_explainer", exc)
+                    dropped = in_flight = 0
             causes[COLD] += cold * block
             causes[EVICTED] += evicted * block
             self.miss_recoverable += recoverable * block

@@ -96,6 +96,22 @@ def test_an_adapters_explainer_splits_the_misses_within_the_capacity():
     assert (found["dropped"], found["in_flight"], found["other"]) == (BLOCK, BLOCK, BLOCK)
 
 
+def test_a_failing_or_overcounting_explainer_leaves_the_causes_adding_up():
+    rec = recorder()
+    rec.lookup(2 * BLOCK, keys=blocks("a", 2))
+    rec.miss_explainer = lambda keys: (5, 5)          # more than were asked about
+    rec.lookup(2 * BLOCK, keys=blocks("a", 2))
+    assert causes(rec)["dropped"] == 2 * BLOCK and causes(rec)["in_flight"] == 0
+
+    def broken(keys):
+        raise RuntimeError("adapter bug")
+
+    rec.miss_explainer = broken
+    rec.lookup(2 * BLOCK, keys=blocks("a", 2))
+    assert causes(rec)["other"] == 2 * BLOCK
+    assert rec.snapshot().errors == {"recorder.miss_explainer": 1}
+
+
 def test_without_the_reuse_profile_every_miss_is_unknown():
     rec = Recorder(profile_reuse=False)
     rec.add_tier("gpu", 8, block_tokens=BLOCK, block_bytes=0)
