@@ -46,8 +46,11 @@ class TargetData:
     series: list[Series]
 
     def labelled(self) -> list[tuple[str, Series]]:
-        """(legend, series) pairs, legends rendered from each series' labels."""
-        return [(legend(self.legend_format, s.labels) or self.expr, s) for s in self.series]
+        """(legend, series) pairs, legends rendered from each series' labels (a series
+        without the labels its legend names is shown by its query, shortened: a whole
+        query would not fit beside a plot)."""
+        return [(legend(self.legend_format, s.labels) or _short(self.expr, 48).strip("'"), s)
+                for s in self.series]
 
 
 @dataclass(frozen=True)
