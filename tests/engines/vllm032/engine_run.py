@@ -310,8 +310,12 @@ def run(mode: str, out: Path, workdir: Path) -> None:
 
     answered: set[str] = set()  # requests with an output (their prefill ran)
 
-    def drain(limit: int) -> None:
-        while engine.has_unfinished_requests() and in_flight() >= limit:
+    def drain(limit: int, unanswered: bool = False) -> None:
+        """Step until fewer than ``limit`` requests are in flight (``unanswered``: and
+        every one has its first output, so that vLLM admits one new request at a time and
+        each step's external hits belong to one request: see test_vllm_thrash.py)."""
+        while engine.has_unfinished_requests() and (
+                in_flight() >= limit or (unanswered and pending - answered)):
             waiting = sorted(pending - answered)
             began = time.time()
             first = []
@@ -349,7 +353,7 @@ def run(mode: str, out: Path, workdir: Path) -> None:
                          for step in output.outputs[0].logprobs or ()]})
 
     def submit(request_id: str, prompt: list[int], max_tokens: int) -> None:
-        drain(IN_FLIGHT)
+        drain(IN_FLIGHT, unanswered=True)
         account["submitted"][request_id] = time.time()  # vLLM admits it after this
         engine.add_request(request_id, {"prompt_token_ids": prompt},
                            SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=0,
