@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
+from kvobs.misses import CAUSE_LEGEND, RECOVERABLE_LEGEND
+
 from .panels import Query, Section, heatmap, kvobs_dashboard, stat, timeseries
 from .queries import quantile, rate, ratio, series, sum_by
 from .recording_rules import ENGINE_PROCESS
@@ -71,6 +73,7 @@ def _lookups() -> Section:
     # an engine's lookups once: tensor-parallel ranks of one engine (SGLang, LMCache) each
     # see the whole batch
     tokens = rate("kvobs_lookup_tokens_total", ENGINE_PROCESS)
+    looked_up = sum_by("", rate("kvobs_lookup_tokens_total", ENGINE_PROCESS, window="$__range"))
     return Section("Where lookups were served", [
         timeseries("Lookup tokens by outcome",
                    "Prompt tokens per second by where their KV data was found: gpu_hit (free), "
@@ -92,9 +95,11 @@ def _lookups() -> Section:
                    "gpu_hit, host_hit and disk_hit, then the missed ones by why they missed "
                    "(kvobs_miss_tokens_total): cold (never seen: no cache size helps), evicted "
                    "(seen farther back than the tiers hold: more capacity wins them back, the "
-                   "what-if curve says how much), other (held within the capacity, missed "
-                   "anyway: the engine's eviction policy, refused or unfinished offloads), "
-                   "not_cacheable (partial blocks, the prompt's last token) and unknown "
+                   "what-if curve says how much), dropped (held within the capacity, its "
+                   "offload refused by a full tier), in_flight (its offload still being "
+                   "written), other (held within the capacity, missed anyway: the engine's "
+                   "eviction policy), not_cacheable (partial blocks, the prompt's last token) "
+                   "and unknown "
                    "(looked up without block keys). The stack height is all looked-up tokens.",
                    "short",
                    [Query(sum_by("outcome", rate("kvobs_lookup_tokens_total",
@@ -111,15 +116,11 @@ def _lookups() -> Section:
              "percentunit",
              [Query(ratio(sum_by("cause", rate("kvobs_miss_tokens_total", ENGINE_PROCESS,
                                                window="$__range")),
-                          sum_by("", rate("kvobs_lookup_tokens_total", ENGINE_PROCESS,
-                                          window="$__range")),
-                          "ignoring (cause) group_left ()"),
-                    "{{cause}}"),
+                          looked_up, "ignoring (cause) group_left ()"),
+                    CAUSE_LEGEND),
               Query(ratio(sum_by("", rate("kvobs_miss_recoverable_tokens_total", ENGINE_PROCESS,
-                                          window="$__range")),
-                          sum_by("", rate("kvobs_lookup_tokens_total", ENGINE_PROCESS,
-                                          window="$__range"))),
-                    "2x capacity wins back")],
+                                          window="$__range")), looked_up),
+                    RECOVERABLE_LEGEND)],
              width=8),
         timeseries("Lookups per second",
                    "Prefix-cache lookups per second, one per admitted request. Together with "

@@ -19,12 +19,12 @@
  *       max_keys keys are live and a new one arrives, `track` is halved (not below
  *       threshold) and the keys above it are dropped, until one fits; at threshold, the
  *       least recently used key is forgotten instead.
- *   written_then_reference(written, keys[, miss_from, miss_to, capacity]): reference(written,
- *       False) of the list `written` (emptied), then reference(keys, True), in one call;
- *       given a lookup's missed keys (keys[miss_from:miss_to]) and a capacity in blocks,
- *       returns their causes (cold, evicted, kept, recoverable: the evicted ones within
- *       twice the capacity): see reuse_miss_class; given a list
- *       kept_at too, appends the kept keys' positions in keys to it.
+ *   written_then_reference(written, keys[, miss_from, miss_to, capacity[, kept_at]]):
+ *       reference(written, False) of the list `written` (emptied), then reference(keys,
+ *       True), in one call; given a lookup's missed keys (keys[miss_from:miss_to]) and a
+ *       capacity in blocks, returns their causes (cold, evicted, kept, recoverable: the
+ *       evicted ones within twice the capacity, see reuse_miss_class), and appends the
+ *       kept keys' positions in keys to the list kept_at where one is given.
  *   counts() -> [per bucket]; stats() -> (total, sampled, forgotten, live).
  *   hits(size) -> float: with `samples` (every counted distance kept, exactly: the
  *       offline what-if of kvobs.whatif), the counted references at a distance <= size.

@@ -3,9 +3,9 @@
 The causes are :data:`~kvobs.snapshot.MISS_CAUSES` (``kvobs_miss_tokens_total{cause}``).
 Each comes with its cure where there is one: evicted tokens come back with more capacity,
 and the reuse profile says how many (``kvobs_miss_recoverable_tokens_total``: those twice
-the capacity would have hit); cold tokens no cache size
-helps; dropped ones come back with a host tier that refuses fewer offloads; tokens missed
-within the capacity otherwise point at the engine's eviction policy.
+the capacity would have hit); cold tokens no cache size helps; dropped ones come back
+with a host tier that refuses fewer offloads; tokens missed within the capacity otherwise
+point at the engine's eviction policy.
 
 Example:
     >>> said = miss_sentence(1000, {"cold": 210, "evicted": 120, "dropped": 30,
@@ -35,6 +35,11 @@ CAUSE_WORDS = {
 }
 #: The capacity step the evicted tokens' cure is told at (the C profile's REUSE_MISS_WIDER).
 GAIN_FACTOR = 2.0
+#: The dashboard's legends ``kvobs report`` reads the sentence from: one series per cause
+#: (``kvobs_miss_tokens_total{cause}``), and the share the larger capacity wins back
+#: (``kvobs_miss_recoverable_tokens_total``).
+CAUSE_LEGEND = "{{cause}}"
+RECOVERABLE_LEGEND = f"{GAIN_FACTOR:g}x capacity wins back"
 
 
 def _percent(part: float, whole: float) -> str:

@@ -22,15 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvobs.misses import miss_sentence
+from kvobs.misses import CAUSE_LEGEND, RECOVERABLE_LEGEND, miss_sentence
 from kvobs.report.fetch import MAY_BE_UNKNOWN, PanelData
 
 #: The legends of the verdict panel's queries.
 SAVES, ONLOAD, NET = "saves", "onload", "net"
-#: The legend of a query per miss cause (``kvobs_miss_tokens_total{cause}``), and of the
-#: share twice the capacity would win back (``kvobs_miss_recoverable_tokens_total``).
-CAUSE_LEGEND = "{{cause}}"
-RECOVERABLE_LEGEND = "2x capacity wins back"
 #: What to do while the prefill cost is unknown (:mod:`kvobs.benefit`).
 COST_HINT = ("set KVOBS_PREFILL_SECONDS_PER_TOKEN to the engine's prefill seconds per prompt "
              "token, or wait for the measured cost")

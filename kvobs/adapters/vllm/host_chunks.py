@@ -52,24 +52,25 @@ class HostChunks:
 
     def completed(self, keys: Iterable[Any], success: bool) -> list[Any]:
         """``complete_store``: the keys that were being written (landed or emptied)."""
-        writing = self.writing
-        done = [key for key in keys if key in writing]
-        if done:
-            writing.difference_update(done)
-            done = list(dict.fromkeys(done))  # a key twice in one call completes once
-            if success:
-                self.ready += len(done)
+        done = self._taken(keys)
+        if success:
+            self.ready += len(done)
         return done
 
     def deferred(self, keys: Iterable[Any]) -> int:
         """``defer_write_release``: the keys leave the cache, their chunks stay held."""
-        n = 0
-        for key in keys:
-            if key in self.writing:
-                self.writing.discard(key)
-                n += 1
+        n = len(self._taken(keys))
         self.held += n
         return n
+
+    def _taken(self, keys: Iterable[Any]) -> list[Any]:
+        """The ``keys`` being written, no longer (a key twice in one call counts once)."""
+        writing, done = self.writing, []
+        for key in keys:
+            if key in writing:
+                writing.discard(key)
+                done.append(key)
+        return done
 
     def released(self, chunks: int) -> int:
         """``release_deferred_write`` of ``chunks`` held chunks: now free."""

@@ -88,8 +88,9 @@ class OffloadingInstrumentation(Instrumentation):
         self.refused: OrderedDict[Any, None] = OrderedDict()
         #: the manager's chunks, replayed from its calls (occupancy at each snapshot)
         self.chunks = HostChunks()
-        #: vLLM's ``make_offload_key(block_hash, group)``: a GPU block's chunk key
-        self.chunk_key: Callable[[Any, int], Any] = lambda block_hash, group: block_hash
+        #: vLLM's ``make_offload_key(block_hash, group)``: a GPU block's chunk key (None:
+        #: a vLLM without it, whose refused and unfinished offloads then read ``other``)
+        self.chunk_key: Callable[[Any, int], Any] | None = None
 
     def explain_misses(self, block_hashes: Sequence[Any]) -> tuple[int, int]:
         """``(dropped, in_flight)`` of GPU blocks a lookup missed although an LRU cache of
@@ -97,11 +98,10 @@ class OffloadingInstrumentation(Instrumentation):
         (and has not stored since), and those whose offload is still being written. A
         block's chunk key is vLLM's ``make_offload_key(block_hash, 0)`` (the first KV
         cache group; with ``blocks_per_chunk`` > 1 only a chunk's last block matches)."""
-        refused, writing = self.refused, self.chunks.writing
-        if not refused and not writing:
+        refused, writing, chunk_key = self.refused, self.chunks.writing, self.chunk_key
+        if chunk_key is None or (not refused and not writing):
             return 0, 0
         dropped = in_flight = 0
-        chunk_key = self.chunk_key
         for block_hash in block_hashes:
             key = chunk_key(block_hash, 0)
             if key in writing:
