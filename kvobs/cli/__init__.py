@@ -12,11 +12,19 @@ import sys
 from collections.abc import Sequence
 
 from kvobs._version import __version__
-from kvobs.cli import capacity_cmd, dashboards_cmd, demo_cmd, report_cmd, top_cmd, whatif_cmd
+from kvobs.cli import (
+    capacity_cmd,
+    dashboards_cmd,
+    demo_cmd,
+    fleet_cmd,
+    report_cmd,
+    top_cmd,
+    whatif_cmd,
+)
 from kvobs.cli.options import Parser
 from kvobs.errors import ConfigError, KvobsError
 
-SUBCOMMANDS = [demo_cmd, top_cmd, capacity_cmd, whatif_cmd, dashboards_cmd, report_cmd]
+SUBCOMMANDS = [demo_cmd, top_cmd, capacity_cmd, whatif_cmd, dashboards_cmd, report_cmd, fleet_cmd]
 
 
 def build_parser(env_errors: dict[str, ConfigError] | None = None) -> argparse.ArgumentParser:

@@ -1,0 +1,61 @@
+"""Decoding the engines' KV event payloads: what each field becomes, and what is skipped
+and counted instead of failing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from kvobs.fleet.wire import MalformedBatch, block_key, decode_batch
+
+
+def payload(*events: dict[str, Any]) -> bytes:
+    return msgspec.msgpack.encode([2.5, list(events), None])
+
+
+def stored(**fields: Any) -> dict[str, Any]:
+    return {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
+            "token_ids": [], "block_size": 16, "lora_id": None, **fields}
+
+
+@pytest.mark.parametrize(("medium", "tier"), [
+    (None, "gpu"), ("GPU", "gpu"), ("CPU", "host"), ("CPU_PINNED", "host"),
+    ("STORAGE", "disk"), ("DISK", "disk"), ("EXTERNAL", "remote")])
+def test_each_engines_medium_names_a_tier(medium: str | None, tier: str) -> None:
+    fields = {} if medium is None else {"medium": medium}
+    batch = decode_batch(payload(stored(**fields), {"type": "BlockRemoved", "block_hashes": [3],
+                                                     **fields}))
+    assert batch.events == [("stored", tier, [1, 2], 16), ("removed", tier, [3], 0)]
+    assert batch.ts == 2.5
+
+
+def test_hashes_become_64_bit_keys() -> None:
+    assert block_key(-1) == 2**64 - 1                  # SGLang's signed int64
+    assert block_key(2**64 + 5) == 5
+    assert block_key(bytes(range(1, 33))) == int.from_bytes(bytes(range(1, 9)), "big")
+    assert block_key(7, group=0) == 7
+    assert block_key(7, group=1) != block_key(7, group=2) != 7
+    assert block_key(True) is None and block_key(b"") is None and block_key(1.5) is None
+
+
+def test_unknown_and_malformed_events_are_counted_and_skipped() -> None:
+    batch = decode_batch(payload(
+        {"type": "BlockPinned", "block_hashes": [1]},          # a type added later
+        stored(medium="HBM3"),                                 # a medium added later
+        stored(block_size=0), stored(block_hashes="x"),        # malformed
+        stored(block_hashes=[1, None]), {"no": "type"}, 5,
+        stored(future_field=[1, 2]),                           # unknown field: read
+        {"type": "AllBlocksCleared"},
+    ))
+    assert (batch.unknown, batch.malformed) == (2, 5)
+    assert batch.events == [("stored", "gpu", [1, 2], 16), ("cleared", "gpu", [], 0)]
+
+
+@pytest.mark.parametrize("raw", [b"\xc1", msgspec.msgpack.encode({"ts": 1}),
+                                 msgspec.msgpack.encode([1.0]),
+                                 msgspec.msgpack.encode(["t", []])])
+def test_a_payload_that_is_no_batch_raises_malformed(raw: bytes) -> None:
+    with pytest.raises(MalformedBatch):
+        decode_batch(raw)
