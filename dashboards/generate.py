@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from grafanalib.core import Dashboard
 
-from . import alert_rules, fleet, host_pool, recording_rules, tiers
+from . import alert_rules, fleet, fleet_cache, host_pool, recording_rules, tiers
 from .modern import to_json
 from .variables import descriptions
 
@@ -30,6 +30,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "kvobs-tiers": tiers.dashboard,
     "kvobs-host-pool": host_pool.dashboard,
     "kvobs-fleet": fleet.dashboard,
+    "kvobs-fleet-cache": fleet_cache.dashboard,
 }
 
 #: File name -> rule groups builder.

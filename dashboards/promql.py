@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from kvobs.catalog import METRICS, MetricSpec
+from kvobs.catalog import FLEET_METRICS, METRICS, MetricSpec
 
 #: Series Prometheus itself creates for every scrape target.
 PROMETHEUS_BUILTINS: frozenset[str] = frozenset({"up"})
@@ -67,7 +67,7 @@ def metric_names(expr: str) -> list[str]:
 
 def catalog_spec(name: str) -> MetricSpec | None:
     """The catalog entry a selected series name belongs to (``_bucket`` -> histogram)."""
-    specs = {spec.name: spec for spec in METRICS}
+    specs = {spec.name: spec for spec in (*METRICS, *FLEET_METRICS)}
     if name in specs:
         return specs[name]
     for suffix in _HISTOGRAM_SUFFIXES:

@@ -430,6 +430,71 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+#: The series ``kvobs fleet`` exports (:mod:`kvobs.fleet`), from the engines' KV events.
+#: They carry ``model`` (not ``engine``) beside the labels listed here; counts of blocks
+#: and tokens are estimates scaled by the inverse of ``kvobs_fleet_sampling_rate``.
+FLEET_LABELS: tuple[str, ...] = ("model",)
+FLEET_METRICS: tuple[MetricSpec, ...] = (
+    _g("kvobs_fleet_resident_blocks", "{block}", ("replica", "tier"),
+       "KV blocks each replica holds in each tier, from its KV events."),
+    _g("kvobs_fleet_resident_bytes", "By", ("replica", "tier"),
+       "The same in bytes (--block-bytes given)."),
+    _g("kvobs_fleet_distinct_blocks", "{block}", ("tier",),
+       "Blocks held in the tier by at least one replica."),
+    _g("kvobs_fleet_duplicated_blocks", "{block}", ("tier",),
+       "Blocks held in the tier by two or more replicas."),
+    _g("kvobs_fleet_duplicate_copies_blocks", "{block}", ("tier",),
+       "Copies of those blocks beyond the first: the tier's capacity the fleet "
+       "spends holding a block twice."),
+    _c("kvobs_fleet_stored_blocks_total", "{block}", ("replica", "tier"),
+       "Blocks each replica stored in each tier (BlockStored)."),
+    _c("kvobs_fleet_removed_blocks_total", "{block}", ("replica", "tier"),
+       "Blocks each replica removed from each tier (BlockRemoved)."),
+    _c("kvobs_fleet_computed_tokens_total", "{token}", ("replica", "cause"),
+       "Tokens of blocks a replica computed and stored to its GPU, by why no copy "
+       "served them: routing (another replica held the block, in any tier: routing "
+       "by prefix would have hit it), evicted (this replica held it before), "
+       "evicted_elsewhere (only other replicas held it before), cold (no replica "
+       "held it before)."),
+    _c("kvobs_fleet_loaded_tokens_total", "{token}", ("replica", "tier"),
+       "Tokens of blocks a replica stored to its GPU from one of its own lower "
+       "tiers (host hits)."),
+    _c("kvobs_fleet_reused_tokens_total", "{token}", ("replica",),
+       "Tokens of blocks a replica reported reused on its GPU (vLLM's "
+       "kv_cache_report_mode=full; 0 otherwise)."),
+    _c("kvobs_fleet_cleared_total", "{event}", ("replica",),
+       "Times a replica cleared its prefix cache (AllBlocksCleared)."),
+    _c("kvobs_fleet_event_batches_total", "{event}", ("replica",),
+       "Event batches read from each replica."),
+    _c("kvobs_fleet_skipped_events_total", "{event}", ("replica", "reason"),
+       "Events skipped: malformed_batch (a payload that is no batch), malformed "
+       "(an event missing a field), unknown (an event type or medium this kvobs "
+       "does not know)."),
+    _c("kvobs_fleet_gaps_total", "{event}", ("replica", "outcome"),
+       "Gaps in a replica's batch sequence: replayed (asked again and applied), "
+       "lost (the publisher no longer held them: the replica's entries were "
+       "dropped and refill from its new events)."),
+    _c("kvobs_fleet_lost_batches_total", "{event}", ("replica",),
+       "Batches lost in gaps."),
+    _c("kvobs_fleet_restarts_total", "{event}", ("replica",),
+       "Times a replica's batch sequence started again (an engine restart)."),
+    _c("kvobs_fleet_errors_total", "{event}", ("replica",),
+       "Errors reading a replica's events (logged at most once a minute)."),
+    _g("kvobs_fleet_publisher_up", "1", ("replica",),
+       "1 if the replica's replay endpoint answered the last probe, 0 if not "
+       "(only where a replay endpoint is given)."),
+    _g("kvobs_fleet_last_batch_timestamp_seconds", "s", ("replica",),
+       "The engine's timestamp of the last batch read from the replica."),
+    _g("kvobs_fleet_sampling_rate", "1", (),
+       "Share of blocks followed (by a hash of the block, fleet-wide): counts are "
+       "scaled by its inverse."),
+    _g("kvobs_fleet_followed_blocks", "{block}", (),
+       "Blocks held now that the aggregator follows (its memory)."),
+    _c("kvobs_fleet_history_forgotten_blocks_total", "{block}", (),
+       "Blocks held before that the aggregator forgot (its bound): their next "
+       "computation reads cold."),
+)
+
 _BY_NAME = {spec.name: spec for spec in METRICS}
 
 
@@ -438,10 +503,10 @@ def by_name(name: str) -> MetricSpec:
     return _BY_NAME[name]
 
 
-def markdown_table() -> str:
-    """The catalog as a Markdown table, for the README."""
+def markdown_table(specs: tuple[MetricSpec, ...] = METRICS) -> str:
+    """``specs`` (the catalog) as a Markdown table, for the docs."""
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
-    for spec in METRICS:
+    for spec in specs:
         labels = ", ".join(spec.labels) or "-"
         rows.append(f"| `{spec.name}` | {spec.kind} | {labels} | {spec.help} |")
     return "\n".join(rows)

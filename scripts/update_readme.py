@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: file (relative to the checkout) -> {section name: what writes its body}
 FILES: Mapping[str, Mapping[str, Callable[[], str]]] = {
     "README.md": {"versions-table": versions.markdown_table},
-    "docs/metrics.md": {"metrics-table": catalog.markdown_table},
+    "docs/metrics.md": {"metrics-table": catalog.markdown_table,
+                        "fleet-metrics-table": lambda: catalog.markdown_table(
+                            catalog.FLEET_METRICS)},
     "docs/engines/index.md": {"events-table": events.markdown_table},
     "docs/engines/private-names.md": {"private-names": private_names_table},
 }

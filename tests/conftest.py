@@ -46,6 +46,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/e2e/test_e2e_host_pool_verdict.py": ("slow",),
     "tests/e2e/test_e2e_stack.py": ("slow",),
     "tests/engines/vllm032/test_vllm_serve.py": ("slow",),  # vllm serve + Prometheus, ~2 min
+    "tests/engines/vllm032/test_fleet_serve.py": ("slow",),  # two vllm serve pairs, ~2 min
     "tests/packaging/test_wheel_smoke.py": ("slow",),
     "tests/packaging/test_declared_floor.py": ("slow",),
     "tests/whatif/test_whatif_prometheus.py": ("slow",),

@@ -94,6 +94,10 @@ def register(subparsers: Any) -> None:
     add_option(parser, "--timeout", type=at_most(positive_float, 60.0), default=2.0,
                env="KVOBS_FLEET_TIMEOUT",
                help="seconds a replay or a liveness probe may take")
+    add_option(parser, "--probe-interval", type=at_most(positive_float, 3600.0), default=10.0,
+               env="KVOBS_FLEET_PROBE_INTERVAL",
+               help="seconds between liveness probes of each replay endpoint (a replica "
+               "that does not answer is read down and its blocks dropped)")
     parser.set_defaults(handler=run)
 
 def engine_specs(args: argparse.Namespace) -> list[str]:
@@ -117,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
                           "pip install 'kvobs[fleet]'") from None
     fleet = Fleet(endpoints, args.metrics_addr, sampling=sampling,
                   history_keys=args.history_blocks, block_bytes=args.block_bytes,
-                  web_config_file=args.web_config_file, timeout_s=args.timeout)
+                  web_config_file=args.web_config_file, timeout_s=args.timeout,
+                  probe_interval_s=args.probe_interval)
     log = get_logger("kvobs.fleet")
     log.info("fleet_started", url=fleet.url, replicas=len(endpoints),
              models=sorted(fleet.indexes), sample_rate=sampling.rate,

@@ -1,4 +1,5 @@
-"""The fleet's series, read from its indexes at collection time.
+"""The fleet's series (:data:`kvobs.catalog.FLEET_METRICS`), read from its indexes at
+collection time.
 
 Counts of blocks and tokens are estimates scaled by the inverse of the sampling rate
 (``kvobs_fleet_sampling_rate``; exact at rate 1). Every series carries ``model``; the
@@ -9,86 +10,13 @@ per-replica ones ``replica`` too. Sharded aggregators' series add up (``sum with
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kvobs.catalog import FLEET_LABELS, FLEET_METRICS, MetricSpec
 from kvobs.fleet.index import CAUSES, TIERS, FleetIndex
 from kvobs.fleet.subscriber import Subscriber
-
-
-@dataclass(frozen=True)
-class FleetSeries:
-    """One exported series: its name, kind, labels and help."""
-
-    name: str
-    kind: str
-    labels: tuple[str, ...]
-    help: str
-
-
-_R, _RT = ("model", "replica"), ("model", "replica", "tier")
-#: Every series ``kvobs fleet`` exports (the metrics reference lists them).
-SERIES: tuple[FleetSeries, ...] = (
-    FleetSeries("kvobs_fleet_resident_blocks", "gauge", _RT,
-                "KV blocks each replica holds in each tier, from its KV events."),
-    FleetSeries("kvobs_fleet_resident_bytes", "gauge", _RT,
-                "The same in bytes (--block-bytes given)."),
-    FleetSeries("kvobs_fleet_distinct_blocks", "gauge", ("model", "tier"),
-                "Blocks held in the tier by at least one replica."),
-    FleetSeries("kvobs_fleet_duplicated_blocks", "gauge", ("model", "tier"),
-                "Blocks held in the tier by two or more replicas."),
-    FleetSeries("kvobs_fleet_duplicate_copies_blocks", "gauge", ("model", "tier"),
-                "Copies of those blocks beyond the first: the tier's capacity the fleet "
-                "spends holding a block twice."),
-    FleetSeries("kvobs_fleet_stored_blocks_total", "counter", _RT,
-                "Blocks each replica stored in each tier (BlockStored)."),
-    FleetSeries("kvobs_fleet_removed_blocks_total", "counter", _RT,
-                "Blocks each replica removed from each tier (BlockRemoved)."),
-    FleetSeries("kvobs_fleet_computed_tokens_total", "counter", ("model", "replica", "cause"),
-                "Tokens of blocks a replica computed and stored to its GPU, by why no copy "
-                "served them: routing (another replica held the block, in any tier: routing "
-                "by prefix would have hit it), evicted (this replica held it before), "
-                "evicted_elsewhere (only other replicas held it before), cold (no replica "
-                "held it before)."),
-    FleetSeries("kvobs_fleet_loaded_tokens_total", "counter", _RT,
-                "Tokens of blocks a replica stored to its GPU from one of its own lower "
-                "tiers (host hits)."),
-    FleetSeries("kvobs_fleet_reused_tokens_total", "counter", _R,
-                "Tokens of blocks a replica reported reused on its GPU (vLLM's "
-                "kv_cache_report_mode=full; 0 otherwise)."),
-    FleetSeries("kvobs_fleet_cleared_total", "counter", _R,
-                "Times a replica cleared its prefix cache (AllBlocksCleared)."),
-    FleetSeries("kvobs_fleet_event_batches_total", "counter", _R,
-                "Event batches read from each replica."),
-    FleetSeries("kvobs_fleet_skipped_events_total", "counter", ("model", "replica", "reason"),
-                "Events skipped: malformed_batch (a payload that is no batch), malformed "
-                "(an event missing a field), unknown (an event type or medium this kvobs "
-                "does not know)."),
-    FleetSeries("kvobs_fleet_gaps_total", "counter", ("model", "replica", "outcome"),
-                "Gaps in a replica's batch sequence: replayed (asked again and applied), "
-                "lost (the publisher no longer held them: the replica's entries were "
-                "dropped and refill from its new events)."),
-    FleetSeries("kvobs_fleet_lost_batches_total", "counter", _R, "Batches lost in gaps."),
-    FleetSeries("kvobs_fleet_restarts_total", "counter", _R,
-                "Times a replica's batch sequence started again (an engine restart)."),
-    FleetSeries("kvobs_fleet_errors_total", "counter", _R,
-                "Errors reading a replica's events (logged at most once a minute)."),
-    FleetSeries("kvobs_fleet_publisher_up", "gauge", _R,
-                "1 if the replica's replay endpoint answered the last probe, 0 if not "
-                "(only where a replay endpoint is given)."),
-    FleetSeries("kvobs_fleet_last_batch_timestamp_seconds", "gauge", _R,
-                "The engine's timestamp of the last batch read from the replica."),
-    FleetSeries("kvobs_fleet_sampling_rate", "gauge", ("model",),
-                "Share of blocks followed (by a hash of the block, fleet-wide): counts are "
-                "scaled by its inverse."),
-    FleetSeries("kvobs_fleet_followed_blocks", "gauge", ("model",),
-                "Blocks held now that the aggregator follows (its memory)."),
-    FleetSeries("kvobs_fleet_history_forgotten_blocks_total", "counter", ("model",),
-                "Blocks held before that the aggregator forgot (its bound): their next "
-                "computation reads cold."),
-)
 
 
 class FleetCollector(Collector):
@@ -104,7 +32,7 @@ class FleetCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        families = {series.name: _family(series) for series in SERIES}
+        families = {spec.name: _family(spec) for spec in FLEET_METRICS}
 
         def add(name: str, labels: list[str], value: float) -> None:
             families[name].add_metric(labels, value)
@@ -159,8 +87,8 @@ class FleetCollector(Collector):
         yield from families.values()
 
 
-def _family(series: FleetSeries) -> CounterMetricFamily | GaugeMetricFamily:
-    if series.kind == "counter":
-        return CounterMetricFamily(series.name.removesuffix("_total"), series.help,
-                                   labels=series.labels)
-    return GaugeMetricFamily(series.name, series.help, labels=series.labels)
+def _family(spec: MetricSpec) -> CounterMetricFamily | GaugeMetricFamily:
+    labels = FLEET_LABELS + spec.labels
+    if spec.kind == "counter":
+        return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=labels)

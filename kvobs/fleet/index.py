@@ -65,12 +65,10 @@ HISTORY_KEYS = 1 << 20
 
 
 def mix(key: int, salt: int) -> int:
-    """A 64-bit mix of a block hash (splitmix64's finaliser): the sampling and shard
-    decisions read its top and bottom halves."""
-    z = ((key ^ salt) + _GOLDEN) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
+    """A 64-bit multiplicative hash of a block hash (Knuth's, by the golden ratio): the
+    sampling decision reads its top half, the shard its bottom half. Block hashes are
+    digests already; this only spreads the salt through them."""
+    return ((key ^ salt) * _GOLDEN) & _M64
 
 
 @dataclass(frozen=True)
@@ -105,6 +103,14 @@ class Sampling:
         return (mixed >> 32) < self.threshold and \
             ((mixed & 0xFFFFFFFF) * self.shards) >> 32 == self.shard
 
+    def followed(self, keys: Iterable[int]) -> list[int]:
+        """The keys of ``keys`` this aggregator follows (:meth:`follows`, inlined: one
+        list a batch event, the cost every key pays)."""
+        salt, threshold, shard, shards = self.salt, self.threshold, self.shard, self.shards
+        return [key for key in keys
+                if (mixed := ((key ^ salt) * _GOLDEN) & _M64) >> 32 < threshold
+                and ((mixed & 0xFFFFFFFF) * shards) >> 32 == shard]
+
 
 class FleetIndex:
     """The followed blocks' holders, and the counts the fleet's series read.
@@ -131,6 +137,8 @@ class FleetIndex:
         self.loaded_tokens: list[dict[str, int]] = []
         self.reused_tokens: list[int] = []
         self.clears: list[int] = []
+        #: Per replica: tokens a block, from its last store that said.
+        self.block_size: list[int] = []
         #: Per tier: followed blocks on one replica at least, on two or more, and the copies
         #: beyond the first.
         self._distinct = dict.fromkeys(TIERS, 0)
@@ -141,12 +149,7 @@ class FleetIndex:
         #: Blocks some replica held and no longer holds: key -> bit set of those replicas,
         #: least recently dropped first.
         self._held_before: dict[int, int] = {}
-        self._follow = self._follows_all if self.sampling.rate == 1.0 and \
-            self.sampling.shards == 1 else self.sampling.follows
-
-    @staticmethod
-    def _follows_all(key: int) -> bool:
-        return True
+        self._sampled = self.sampling.rate < 1.0 or self.sampling.shards > 1
 
     @property
     def scale(self) -> float:
@@ -165,14 +168,20 @@ class FleetIndex:
         self.loaded_tokens.append(dict.fromkeys(TIERS, 0))
         self.reused_tokens.append(0)
         self.clears.append(0)
+        self.block_size.append(0)
         return len(self.names) - 1
 
     def stored(self, replica: int, tier: str, keys: Iterable[int], block_size: int) -> None:
-        """Replica ``replica`` stored blocks ``keys`` in ``tier`` (``BlockStored``)."""
+        """Replica ``replica`` stored blocks ``keys`` of ``block_size`` tokens in ``tier``
+        (``BlockStored``; a size of 0, unknown, reads as the replica's last known one)."""
+        if block_size:
+            self.block_size[replica] = block_size
+        else:
+            block_size = self.block_size[replica]
         bit = _BIT[tier]
+        if self._sampled:
+            keys = self.sampling.followed(keys)
         for key in keys:
-            if not self._follow(key):
-                continue
             holders = self._holders.get(key)
             if holders is None:
                 holders = self._holders[key] = {}

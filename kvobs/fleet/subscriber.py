@@ -19,7 +19,9 @@ endpoint, answers on a ROUTER socket a request for the batches from a sequence n
 * **an unreachable publisher**: PUB/SUB cannot tell a silent engine from a dead one, so
   where a replay endpoint is given, it is asked every ``probe_interval_s`` for a batch
   past the last (the publisher answers with its end marker alone); no answer within
-  ``timeout_s`` reads as down.
+  ``timeout_s`` reads as down, and the replica's entries are dropped (a replica that is
+  down serves none of its blocks; a restarted one starts empty). Without a replay
+  endpoint a restart is seen only at the new engine's first batch.
 
 Nothing here raises out of the loop: an error is counted on the replica and logged at
 most once a minute.
@@ -253,6 +255,8 @@ class Subscriber:
         for state in self.replicas:
             if state.probe_sent is not None and now - state.probe_sent > self.timeout_s:
                 with self.lock:
+                    if state.up != 0.0:  # its blocks serve no request while it is down
+                        state.index.forget_replica(state.replica)
                     state.up = 0.0
                 # a fresh socket: an answer that comes late must not read as the next one's
                 self._poller.unregister(state.probe)

@@ -5,7 +5,8 @@ multipart message ``(topic, sequence number, payload)`` whose payload is a msgpa
 ``[ts, events, data_parallel_rank]``; each event a map tagged by ``type``:
 
 * ``BlockStored``: ``block_hashes`` (64-bit integers, or bytes when vLLM publishes raw
-  hashes), ``block_size`` tokens a block, ``medium`` (the tier: ``GPU`` when absent);
+  hashes), ``block_size`` tokens a block (0 where vLLM's offloading connector publishes a
+  placeholder without the block's metadata), ``medium`` (the tier: ``GPU`` when absent);
 * ``BlockRemoved``: ``block_hashes``, ``medium``;
 * ``AllBlocksCleared``: the engine dropped its prefix cache (its GPU pool, or the
   ``medium`` named).
@@ -135,7 +136,7 @@ def _tier(item: dict[str, Any]) -> str:
 
 def _stored(item: dict[str, Any]) -> Event | str:
     keys, tier, size = _keys(item), _tier(item), item.get("block_size")
-    if keys is None or not isinstance(size, int) or isinstance(size, bool) or size < 1:
+    if keys is None or not isinstance(size, int) or isinstance(size, bool) or size < 0:
         return MALFORMED
     return tier if tier in (MALFORMED, UNKNOWN) else (STORED, tier, keys, size)
 

@@ -16,7 +16,7 @@ from kvobs.dashboards.recording_rules import recorded_names
 from kvobs.dashboards.variables import FILTERS, REPEATS
 from kvobs.report.fetch import data_panels
 
-STABLE_DASHBOARDS = {"kvobs-tiers", "kvobs-host-pool", "kvobs-fleet"}
+STABLE_DASHBOARDS = {"kvobs-tiers", "kvobs-host-pool", "kvobs-fleet", "kvobs-fleet-cache"}
 STABLE_RULES = {"kvobs-recording.rules.yaml", "kvobs-alerts.rules.yaml"}
 
 

@@ -124,6 +124,15 @@ def test_the_history_is_bounded_and_a_forgotten_block_reads_cold() -> None:
     assert index.computed_tokens[a]["evicted"] == 16
 
 
+def test_a_store_of_unknown_size_counts_the_replicas_last_known_size() -> None:
+    index = FleetIndex()
+    a, b = index.replica("a"), index.replica("b")
+    index.stored(a, "gpu", [1], 32)
+    index.stored(b, "gpu", [2], 16)
+    index.stored(a, "gpu", [3], 0)
+    assert index.computed_tokens[a]["cold"] == 64
+
+
 def test_a_removal_of_a_block_never_stored_is_ignored() -> None:
     index = FleetIndex()
     a = index.replica("a")

@@ -44,13 +44,15 @@ def test_unknown_and_malformed_events_are_counted_and_skipped() -> None:
     batch = decode_batch(payload(
         {"type": "BlockPinned", "block_hashes": [1]},          # a type added later
         stored(medium="HBM3"),                                 # a medium added later
-        stored(block_size=0), stored(block_hashes="x"),        # malformed
+        stored(block_size=-1), stored(block_hashes="x"),       # malformed
         stored(block_hashes=[1, None]), {"no": "type"}, 5,
         stored(future_field=[1, 2]),                           # unknown field: read
         {"type": "AllBlocksCleared"},
+        stored(block_size=0, medium="CPU"),    # vLLM's offloading placeholder: size unknown
     ))
     assert (batch.unknown, batch.malformed) == (2, 5)
-    assert batch.events == [("stored", "gpu", [1, 2], 16), ("cleared", "gpu", [], 0)]
+    assert batch.events == [("stored", "gpu", [1, 2], 16), ("cleared", "gpu", [], 0),
+                            ("stored", "host", [1, 2], 0)]
 
 
 @pytest.mark.parametrize("raw", [b"\xc1", msgspec.msgpack.encode({"ts": 1}),

@@ -218,14 +218,23 @@ class Server:
         return [child.pid for child in left]
 
 
-def start_server(workdir: Path, events_endpoint: str) -> Server:
-    """``vllm serve`` on the tiny model, with the host tier, KV events and kvobs."""
+def start_server(workdir: Path, events_endpoint: str, *, plugin: bool = True,
+                 replay_endpoint: str | None = None, gpu_blocks: int = GPU_BLOCKS,
+                 max_num_seqs: int = CLIENTS) -> Server:
+    """``vllm serve`` on the tiny model, with the host tier, KV events (``replay_endpoint``
+    too when given) and kvobs's plugin (unless ``plugin`` is false)."""
     model = make_chat_tokenizer(make_model(workdir / "model"), MODEL["vocab_size"])
     port, kvobs_port = free_port(), free_port(100)  # +100: a worker's opt-in port, unserved
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVOBS_")}
+    if plugin:
+        env.update(KVOBS_ENABLE="1", KVOBS_METRICS_ADDR=f"127.0.0.1:{kvobs_port}",
+                   KVOBS_PREFILL_SECONDS_PER_TOKEN=repr(PREFILL_COST))
+    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": events_endpoint,
+              "topic": "kv"}
+    if replay_endpoint is not None:
+        events["replay_endpoint"] = replay_endpoint
     env.update(
-        KVOBS_ENABLE="1", KVOBS_METRICS_ADDR=f"127.0.0.1:{kvobs_port}",
-        KVOBS_PREFILL_SECONDS_PER_TOKEN=repr(PREFILL_COST), HF_HUB_OFFLINE="1",
+        HF_HUB_OFFLINE="1", PYTHONHASHSEED="0",  # block hashes alike on every replica
         # the offloading spec is imported by module name in the engine core and worker
         PYTHONPATH=os.pathsep.join(p for p in (str(HERE), str(vllm_dist_alias(workdir / "dist")),
                                                os.environ.get("PYTHONPATH", "")) if p))
@@ -234,11 +243,10 @@ def start_server(workdir: Path, events_endpoint: str) -> Server:
         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--enforce-eager", "--seed", "0",
         "--block-size", str(BLOCK), "--enable-prefix-caching",
-        "--num-gpu-blocks-override", str(GPU_BLOCKS), "--kv-cache-memory-bytes", str(1 << 23),
-        "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(CLIENTS),
+        "--num-gpu-blocks-override", str(gpu_blocks), "--kv-cache-memory-bytes", str(1 << 23),
+        "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(max_num_seqs),
         "--kv-transfer-config", json.dumps(kv_transfer_config()),
-        "--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                          "endpoint": events_endpoint, "topic": "kv"}),
+        "--kv-events-config", json.dumps(events),
         "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
     log = workdir / "vllm-serve.log"
     with log.open("wb") as sink:  # from the scratch folder: a ./kvobs would shadow kvobs

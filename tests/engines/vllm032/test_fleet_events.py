@@ -250,3 +250,23 @@ def test_a_publisher_that_does_not_answer_reads_down(engines: list[Engine]) -> N
         assert value(got, "kvobs_fleet_publisher_up", replica="gone") == 0
     finally:
         fleet.close()
+
+
+def test_a_replica_read_down_holds_nothing(engines: list[Engine]) -> None:
+    a, b = Engine(), Engine()
+    fleet = start(engines, a, b)
+    try:
+        a.publish(batch(stored([1, 2])))
+        b.publish(batch(stored([1, 2])))
+        wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_duplicated_blocks") == 2 and
+                 value(s, "kvobs_fleet_publisher_up") == 2)
+        a.publisher.shutdown()  # the engine stops: its replay socket no longer answers
+        got = wait_for(fleet.url, lambda s: value(
+            s, "kvobs_fleet_publisher_up", replica="a") == 0 and
+            ("kvobs_fleet_publisher_up", frozenset({("model", "tiny"), ("replica", "a")})) in s)
+        assert value(got, "kvobs_fleet_resident_blocks", replica="a") == 0
+        assert value(got, "kvobs_fleet_resident_blocks", replica="b") == 2
+        assert value(got, "kvobs_fleet_duplicated_blocks") == 0
+        a.restart()  # it comes back (the fixture shuts the new publisher down)
+    finally:
+        fleet.close()
