@@ -19,7 +19,7 @@
 #
 # Build arguments:
 #   PYTHON_VERSION       base image tag (default 3.11-slim-bookworm)
-#   KVOBS_EXTRAS         pip extras (default "torch"; "torch,nvml" adds GPU memory gauges)
+#   KVOBS_EXTRAS         pip extras (default "torch,fleet"; "torch,fleet,nvml" adds GPU memory gauges)
 #   TORCH_VERSION        the torch installed first (default 2.13.0, the tested one)
 #   TORCH_INDEX_URL      where that torch comes from (default: pip's own configuration)
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL   read by pip in the build stage only
@@ -33,7 +33,7 @@ FROM python:${PYTHON_VERSION} AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
-ARG KVOBS_EXTRAS="torch"
+ARG KVOBS_EXTRAS="torch,fleet"
 ARG TORCH_VERSION="2.13.0"
 ARG TORCH_INDEX_URL=""
 ARG PIP_INDEX_URL

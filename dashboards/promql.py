@@ -28,6 +28,8 @@ from kvobs.catalog import FLEET_METRICS, METRICS, MetricSpec
 PROMETHEUS_BUILTINS: frozenset[str] = frozenset({"up"})
 
 #: Metrics read from NVML: absent where the exporter runs without a GPU (CI, the demo).
+#: The series only ``kvobs fleet`` exports (never an engine's exporter).
+FLEET_ONLY_METRICS: frozenset[str] = frozenset(spec.name for spec in FLEET_METRICS)
 GPU_ONLY_METRICS: frozenset[str] = frozenset(
     spec.name for spec in METRICS if spec.name.startswith(("kvobs_gpu_", "kvobs_pcie_"))
 )

@@ -23,7 +23,12 @@ import pytest
 import yaml
 
 from kvobs.dashboards import DASHBOARDS, dashboard_json
-from kvobs.dashboards.promql import GPU_ONLY_METRICS, metric_names, substitute
+from kvobs.dashboards.promql import (
+    FLEET_ONLY_METRICS,
+    GPU_ONLY_METRICS,
+    metric_names,
+    substitute,
+)
 from kvobs.dashboards.variables import FILTERS, all_values
 from kvobs.report.fetch import data_panels
 from kvobs.report.prometheus_api import PrometheusClient, QueryFailed, Series
@@ -34,12 +39,15 @@ RATE_INTERVAL = "15s"
 SETTLE_S = 60
 
 
-def panel_queries() -> list[tuple[str, str, str]]:
-    """(dashboard, panel title, expr with variables filled) for every panel target."""
+def panel_queries(fleet: bool = False) -> list[tuple[str, str, str]]:
+    """(dashboard, panel title, expr with variables filled) for every panel target: those
+    an engine's exporter feeds, or with ``fleet`` those ``kvobs fleet`` feeds (checked
+    where it runs, ``tests/engines/vllm032/test_fleet_serve.py``)."""
     variables = all_values(RATE_INTERVAL)
     return [(stem, panel["title"], substitute(target["expr"], variables))
             for stem in DASHBOARDS for panel in data_panels(dashboard_json(stem))
-            for target in panel["targets"]]
+            for target in panel["targets"]
+            if fleet == bool(set(metric_names(target["expr"])) & FLEET_ONLY_METRICS)]
 
 
 def rules() -> list[dict[str, Any]]:

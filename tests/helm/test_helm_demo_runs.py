@@ -98,7 +98,7 @@ def test_demo_container_serves_metrics_within_its_limits(chart: HelmChart, tmp_p
 def test_runtime_only_hides_exactly_the_dev_packages() -> None:
     from tests.helm import runtime_only
 
-    allowed = runtime_only.runtime_closure("kvobs", {dockerfile_arg("KVOBS_EXTRAS")})
+    allowed = runtime_only.runtime_closure("kvobs", set(dockerfile_arg("KVOBS_EXTRAS").split(",")))
     assert {"opentelemetry-sdk", "prometheus-client", "structlog", "torch"} <= allowed
     hidden = runtime_only.hidden_modules(allowed)
     assert {"pytest", "grafanalib"} <= hidden

@@ -1,6 +1,9 @@
-"""What `helm template` renders: the API gate, the monitor, the demo and its security."""
+"""What `helm template` renders: the API gate, the monitor, the demo and its security, the
+fleet aggregator."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -131,3 +134,25 @@ def test_common_labels_and_fullname_override_reach_every_resource(chart: HelmCha
         assert metadata["labels"]["environment"] == "staging", doc["kind"]
         assert metadata["name"].startswith("kvo"), metadata["name"]
         assert metadata["namespace"] == "kvobs"
+
+
+def test_the_fleet_aggregator_follows_the_engines_and_is_scraped(chart: HelmChart) -> None:
+    engines = ["a=tcp://vllm-0.vllm:5557,replay=tcp://vllm-0.vllm:5558", "tcp://vllm-1.vllm:5557"]
+    docs = chart.render("--set", "fleet.enabled=true", "--set", "fleet.model=m",
+                        "--set-json", f"fleet.engines={json.dumps(engines)}",
+                        "--set", "fleet.sampleRate=1/16", api=True)
+    fleet = one(docs, "Deployment")
+    pod = fleet["spec"]["template"]
+    [container] = pod["spec"]["containers"]
+    assert container["args"] == ["fleet", "--metrics-addr", "0.0.0.0:9465", "--model", "m",
+                                 "--sample-rate", "1/16", "--engine", engines[0],
+                                 "--engine", engines[1]]
+    assert fleet["spec"]["replicas"] == 1
+    monitor = one(docs, "PodMonitor")
+    assert selects(monitor["spec"]["selector"], pod["metadata"]["labels"])
+    assert {p["name"] for p in container["ports"]} == {"metrics"}
+
+
+def test_the_fleet_without_engines_says_what_to_list(chart: HelmChart) -> None:
+    error = chart.render_error("--set", "fleet.enabled=true")
+    assert "fleet.engines is empty" in error and "tcp://" in error

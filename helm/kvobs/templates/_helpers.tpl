@@ -40,12 +40,31 @@ app.kubernetes.io/part-of: kvobs
 app.kubernetes.io/component: demo
 {{- end }}
 
+{{/* Labels of the fleet aggregator's Deployment selector. */}}
+{{- define "kvobs.fleet.selectorLabels" -}}
+{{ include "kvobs.selectorLabels" . }}
+app.kubernetes.io/component: fleet
+{{- end }}
+
+{{- define "kvobs.fleet.fullname" -}}
+{{- printf "%s-fleet" (include "kvobs.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "kvobs.demo.fullname" -}}
 {{- printf "%s-demo" (include "kvobs.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{- define "kvobs.demo.image" -}}
-{{- $image := .Values.demo.image }}
+{{- include "kvobs.image" (dict "image" .Values.demo.image "Chart" .Chart) }}
+{{- end }}
+
+{{- define "kvobs.fleet.image" -}}
+{{- include "kvobs.image" (dict "image" .Values.fleet.image "Chart" .Chart) }}
+{{- end }}
+
+{{/* repository@digest, else repository:tag (the tag defaults to the chart's appVersion). */}}
+{{- define "kvobs.image" -}}
+{{- $image := .image }}
 {{- if $image.digest }}
 {{- printf "%s@%s" $image.repository $image.digest }}
 {{- else }}

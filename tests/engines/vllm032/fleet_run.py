@@ -18,11 +18,13 @@ events, for ``test_fleet_serve.py``.
   dropped then), and the fleet sees each replica restart. For each routing: vLLM's own counters
   (``/metrics``) before and after, the fleet's ``/metrics`` before and after, and every KV
   event each replica published, read by a subscriber of the test's own
-  (``engine_run.EventLog``).
+  (``engine_run.EventLog``). A real Prometheus scrapes the fleet every second; at the end of
+  the round-robin run every dashboard panel ``kvobs fleet`` feeds is asked of it.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import time
@@ -30,10 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvobs.report.prometheus_api import PrometheusClient
+from tests.e2e.e2e_servers import start_prometheus
 from tests.engines.vllm032.chat_tokenizer import words
 from tests.engines.vllm032.engine_run import EventLog, free_port
 from tests.engines.vllm032.serve_run import REPO, Server, http_json, start_server
 from tests.fleet.scrape import scrape, wait_for
+from tests.required import find_tool
 
 MAIN_PYTHON = REPO / ".venv" / "bin" / "python"
 GPU_BLOCKS = 128
@@ -138,8 +143,26 @@ def settle(events: list[EventLog], fleet_url: str, quiet_s: float = 1.5,
     raise AssertionError("the fleet's batch count never settled")
 
 
-def run(workdir: Path) -> list[Routed]:
-    """Both routings, with one ``kvobs fleet`` following the replicas throughout."""
+#: Renders the dashboards' panels fed by ``kvobs fleet`` in the main venv (grafanalib is
+#: not in vLLM's): ``[[dashboard, title, expr], ...]``.
+FLEET_PANELS = """
+import json
+import tests.e2e.test_e2e_stack as stack
+stack.RATE_INTERVAL = "10m"
+print(json.dumps(stack.panel_queries(fleet=True)))
+"""
+
+
+@dataclass
+class Panels:
+    """Each fleet panel query's answer from a real Prometheus scraping ``kvobs fleet``."""
+
+    answers: list[tuple[str, str, str, list[Any]]]   # dashboard, title, expr, series
+
+
+def run(workdir: Path) -> tuple[list[Routed], Panels]:
+    """Both routings, with one ``kvobs fleet`` following the replicas throughout and a
+    Prometheus scraping it every second; then every fleet panel query, asked of it."""
     ports = [(free_port(), free_port()) for _ in REPLICAS]
     fleet_port = free_port()
     fleet_url = f"http://127.0.0.1:{fleet_port}/metrics"
@@ -151,19 +174,39 @@ def run(workdir: Path) -> list[Routed]:
     fleet_log = workdir / "kvobs-fleet.log"
     with fleet_log.open("wb") as sink:
         fleet = subprocess.Popen(command, cwd=workdir, stdout=sink, stderr=subprocess.STDOUT)
-    runs = []
+    prometheus = start_prometheus(find_tool("prometheus", "scripts/deps/prometheus.sh"),
+                                  workdir, [f"127.0.0.1:{fleet_port}"], [])
+    runs: list[Routed] = []
+    panels: Panels | None = None
     try:
         for routing in ROUTINGS:
-            runs.append(_routed(workdir, routing, ports, fleet_url))
+            routed, answers = _routed(workdir, routing, ports, fleet_url, prometheus.url)
+            runs.append(routed)
+            panels = panels or answers
             wait_for(fleet_url, lambda s: _total(s, "kvobs_fleet_publisher_up") == 0, 30)
     finally:
         fleet.terminate()
         fleet.wait(timeout=30)
-    return runs
+        prometheus.stop()
+    assert panels is not None
+    return runs, panels
 
 
-def _routed(workdir: Path, routing: str, ports: list[tuple[int, int]],
-            fleet_url: str) -> Routed:
+def fleet_panels(prometheus_url: str) -> Panels:
+    """Every fleet panel query at the end of the round-robin run (10 minute windows: the run
+    fits), once Prometheus scraped the settled fleet twice."""
+    rendered = subprocess.run([str(MAIN_PYTHON), "-c", FLEET_PANELS], cwd=REPO, check=True,
+                              capture_output=True, text=True).stdout
+    time.sleep(2.5)
+    client = PrometheusClient(prometheus_url, timeout_s=30)
+    return Panels([(stem, title, expr, client.query(expr))
+                   for stem, title, expr in json.loads(rendered)])
+
+
+def _routed(workdir: Path, routing: str, ports: list[tuple[int, int]], fleet_url: str,
+            prometheus_url: str) -> tuple[Routed, Panels | None]:
+    """One routing's run on a fresh pair of replicas; after the round-robin one, the fleet
+    panels' answers (before the replicas stop: a stopped replica holds nothing)."""
     servers = [start_server(workdir / f"{routing}-{name}", f"tcp://*:{events}", plugin=False,
                             replay_endpoint=f"tcp://*:{replay}", gpu_blocks=GPU_BLOCKS,
                             max_num_seqs=1)
@@ -180,8 +223,9 @@ def _routed(workdir: Path, routing: str, ports: list[tuple[int, int]],
         chat_workload(router)
         fleet_after = settle(logs, fleet_url)
         vllm_after = [scrape(f"{server.url}/metrics") for server in servers]
+        panels = fleet_panels(prometheus_url) if routing == ROUTINGS[0] else None
         return Routed(routing, vllm_before, vllm_after, fleet_before, fleet_after,
-                      [log.details for log in logs], router.sent)
+                      [log.details for log in logs], router.sent), panels
     finally:
         for log in logs:
             log.close()

@@ -13,19 +13,23 @@ following both from their KV events alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.engines.vllm032.fleet_run import GPU_BLOCKS, REPLICAS, Routed, run
+from tests.engines.vllm032.fleet_run import GPU_BLOCKS, REPLICAS, Panels, Routed, run
 from tests.engines.vllm032.serve_run import HOST_CHUNKS
 
 TIER = {"GPU": "gpu", "CPU": "host"}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Routed]]:
-    yield {routed.routing: routed for routed in run(tmp_path_factory.mktemp("fleet"))}
+def everything(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Routed], Panels]:
+    runs, panels = run(tmp_path_factory.mktemp("fleet"))
+    return {routed.routing: routed for routed in runs}, panels
+
+
+@pytest.fixture(scope="module")
+def runs(everything: tuple[dict[str, Routed], Panels]) -> dict[str, Routed]:
+    return everything[0]
 
 
 def resident(events: list[dict[str, object]]) -> dict[str, set[object]]:
@@ -51,6 +55,8 @@ def test_round_robin_routing_misses_predict_the_prefix_routed_hit_ratio(
     queried = rr.vllm_delta("vllm:prefix_cache_queries_total")
     assert queried == prefix.vllm_delta("vllm:prefix_cache_queries_total")  # the same prompts
     predicted = rr.hit_ratio + routing / queried
+    print(f"\nfleet: hit ratio round-robin {rr.hit_ratio:.3f}; predicted by prefix "
+          f"{predicted:.3f}; measured by prefix {prefix.hit_ratio:.3f}")
     assert prefix.hit_ratio - rr.hit_ratio > 0.1, (rr.hit_ratio, prefix.hit_ratio)
     assert predicted == pytest.approx(prefix.hit_ratio, abs=0.03), \
         (rr.hit_ratio, predicted, prefix.hit_ratio)
@@ -90,3 +96,18 @@ def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
            **labels: str) -> float:
     return sum(v for (n, got), v in samples.items() if n == name and
                set(labels.items()) <= got)
+
+
+def test_every_fleet_panel_has_data_and_the_routing_share_is_the_fleets_own(
+        everything: tuple[dict[str, Routed], Panels]) -> None:
+    runs, panels = everything
+    assert {stem for stem, *_ in panels.answers} == {"kvobs-fleet-cache"}
+    for stem, title, expr, series in panels.answers:
+        assert series and all(s.finite_samples for s in series), (stem, title, expr)
+    [share] = [series for _, title, _, series in panels.answers
+               if title == "Computed tokens routing by prefix would have served"]
+    rr = runs["round_robin"]
+    computed = rr.fleet_delta("kvobs_fleet_computed_tokens_total")
+    routing = rr.fleet_delta("kvobs_fleet_computed_tokens_total", cause="routing")
+    assert share[0].samples[-1][1] == pytest.approx(routing / computed, abs=0.02)
+
