@@ -66,15 +66,68 @@ class Batch:
     malformed: int = 0   # events missing a field, or with one of the wrong type
 
 
+class _Stored(msgspec.Struct, tag="BlockStored"):
+    block_hashes: list[int]
+    block_size: int
+    medium: str | None = None
+    group_idx: int | None = None
+
+
+class _Removed(msgspec.Struct, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None = None
+    group_idx: int | None = None
+
+
+class _Cleared(msgspec.Struct, tag="AllBlocksCleared"):
+    medium: str | None = None
+
+
+class _Batch(msgspec.Struct, array_like=True):
+    ts: float
+    events: list[_Stored | _Removed | _Cleared]
+
+
 _decode = msgspec.msgpack.Decoder().decode
+_decode_typed = msgspec.msgpack.Decoder(_Batch).decode
 
 
 def decode_batch(payload: bytes) -> Batch:
-    """The events of one payload.
+    """The events of one payload: decoded straight into the known events' fields (the
+    usual batch: integer hashes, known types), else read field by field.
 
     Raises:
         MalformedBatch: ``payload`` is not msgpack, or not ``[ts, events, ...]``.
     """
+    try:
+        typed = _decode_typed(payload)
+    except (msgspec.ValidationError, OverflowError):
+        pass  # an unknown type, raw hash bytes, a missing field: the careful reader
+    except msgspec.DecodeError as exc:
+        raise MalformedBatch(f"not msgpack: {exc}") from None
+    else:
+        batch = Batch(typed.ts)
+        for event in typed.events:
+            tier = MEDIUM_TIERS.get(event.medium)
+            if tier is None:
+                batch.unknown += 1
+            elif isinstance(event, _Cleared):
+                batch.events.append((CLEARED, tier, [], 0))
+            elif event.group_idx or (event.block_hashes and min(event.block_hashes) < 0):
+                # signed hashes or a KV cache group: reread key by key
+                return _decode_careful(payload)
+            elif isinstance(event, _Stored):
+                if event.block_size < 0:
+                    batch.malformed += 1
+                else:
+                    batch.events.append((STORED, tier, event.block_hashes, event.block_size))
+            else:
+                batch.events.append((REMOVED, tier, event.block_hashes, 0))
+        return batch
+    return _decode_careful(payload)
+
+
+def _decode_careful(payload: bytes) -> Batch:
     try:
         raw = _decode(payload)
     except msgspec.DecodeError as exc:
@@ -123,6 +176,11 @@ def _keys(item: dict[str, Any]) -> list[int] | None:
     if not isinstance(hashes, list):
         return None
     group = item.get("group_idx")
+    if not group:
+        try:  # the usual case, integers: one pass, no call per hash
+            return [h & _M64 for h in hashes]
+        except TypeError:  # raw hash bytes, or a malformed hash: one at a time below
+            pass
     keys = [block_key(h, group) for h in hashes]
     return None if None in keys else keys  # type: ignore[return-value]
 
