@@ -7,8 +7,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kvobs.fleet.wire import MalformedBatch, block_key, decode_batch
+from kvobs.fleet.wire import MalformedBatch, _decode_careful, block_key, decode_batch
 
 
 def payload(*events: dict[str, Any]) -> bytes:
@@ -61,3 +63,29 @@ def test_unknown_and_malformed_events_are_counted_and_skipped() -> None:
 def test_a_payload_that_is_no_batch_raises_malformed(raw: bytes) -> None:
     with pytest.raises(MalformedBatch):
         decode_batch(raw)
+
+
+def test_signed_hashes_and_groups_key_alike_on_every_path() -> None:
+    """SGLang's signed hashes and vLLM's groups go through the careful reader, which keys
+    them as a batch with an unknown event in it does: a block keyed one way by one replica
+    and another way by another would never read as held twice."""
+    plain = decode_batch(payload(stored(block_hashes=[-1, 5], group_idx=2)))
+    mixed = decode_batch(payload(stored(block_hashes=[-1, 5], group_idx=2), {"type": "New"}))
+    assert plain.events == mixed.events
+    assert plain.events[0][2] == [block_key(-1, 2), block_key(5, 2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(["BlockStored", "BlockRemoved", "AllBlocksCleared"]),
+    st.sampled_from([None, "GPU", "CPU", "CPU_PINNED", "DISK", "HBM"]),
+    st.lists(st.integers(-(2**63), 2**64 - 1), max_size=5),
+    st.integers(0, 64), st.sampled_from([None, 0, 1]))))
+def test_the_typed_reader_reads_what_the_careful_one_does(
+        events: list[tuple[str, str | None, list[int], int, int | None]]) -> None:
+    raw = [{"type": kind, "block_hashes": hashes, "block_size": size, "group_idx": group,
+            **({"medium": medium} if medium else {})} for kind, medium, hashes, size, group
+           in events]
+    fast, careful = decode_batch(payload(*raw)), _decode_careful(payload(*raw))
+    assert (fast.events, fast.unknown, fast.malformed) == \
+        (careful.events, careful.unknown, careful.malformed)
