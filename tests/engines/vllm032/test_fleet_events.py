@@ -1,22 +1,13 @@
 """``kvobs fleet`` reading vLLM's own KV event publisher (``ZmqEventPublisher``, as
-``vllm serve --kv-events-config`` starts it) and its replay socket, through the faults a
-fleet meets: a subscriber that joins late, batches lost on the way (replayed, or lost for
-good when the publisher's buffer no longer holds them), an engine that restarts, payloads
-that are no batch, events of a type or medium kvobs does not know, a publisher that does
-not answer. The faults on the way are made by :class:`Relay`, a forwarder between the
-publisher and kvobs that drops or adds messages (a network fault injector, like toxiproxy);
-the replay requests go to vLLM's publisher directly."""
+``vllm serve --kv-events-config`` starts it) through a fleet's faults
+(``tests/fleet/publisher_checks.py``)."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import msgspec
 import pytest
-import zmq
 from vllm.distributed.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -25,96 +16,18 @@ from vllm.distributed.kv_events import (
     ZmqEventPublisher,
 )
 
-from kvobs.fleet.endpoints import Endpoint
-from kvobs.fleet.service import Fleet
-from tests.engines.vllm032.engine_run import free_port
-from tests.fleet.scrape import value, wait_for
+from tests.fleet.publisher_checks import CHECKS, Engine, Kit
 
-
-def stored(hashes: list[int], medium: str = "GPU") -> BlockStored:
-    return BlockStored(block_hashes=hashes, parent_block_hash=None,
-                       token_ids=[0] * 16 * len(hashes), block_size=16, lora_id=None,
-                       medium=medium, lora_name=None)
-
-
-def batch(*events: Any) -> KVEventBatch:
-    return KVEventBatch(ts=time.time(), events=list(events))
-
-
-class Relay:
-    """Forwards a publisher's messages to its own PUB socket, leaving out the sequence
-    numbers in :attr:`drop` and sending :meth:`inject`'s frames in between."""
-
-    def __init__(self, source: str) -> None:
-        self.port = free_port()
-        self.drop: set[int] = set()
-        self.forwarded: list[int] = []
-        ctx = zmq.Context.instance()
-        self._sub = ctx.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self._sub.connect(source)
-        self._pub = ctx.socket(zmq.PUB)
-        self._pub.bind(f"tcp://127.0.0.1:{self.port}")
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self) -> str:
-        return f"tcp://127.0.0.1:{self.port}"
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if self._sub.poll(20):
-                frames = self._sub.recv_multipart()
-                seq = int.from_bytes(frames[1], "big")
-                if seq not in self.drop:
-                    with self._lock:
-                        self._pub.send_multipart(frames)
-                    self.forwarded.append(seq)
-
-    def inject(self, frames: list[bytes]) -> None:
-        with self._lock:
-            self._pub.send_multipart(frames)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self._sub.close(linger=0)
-        self._pub.close(linger=0)
-
-
-class Engine:
-    """vLLM's publisher, as a replica's engine runs it, and a relay in front of it."""
-
-    def __init__(self, buffer_steps: int = 10_000) -> None:
-        self.events_port, self.replay_port = free_port(), free_port(1)
-        self.buffer_steps = buffer_steps
-        self.publisher = self._publisher()
-        self.relay = Relay(f"tcp://127.0.0.1:{self.events_port}")
-        time.sleep(0.3)  # the relay's subscription reaches the publisher
-
-    def _publisher(self) -> ZmqEventPublisher:
-        return ZmqEventPublisher(0, endpoint=f"tcp://*:{self.events_port}",
-                                 replay_endpoint=f"tcp://*:{self.replay_port}",
-                                 buffer_steps=self.buffer_steps, topic="kv")
-
-    def endpoint(self, name: str) -> Endpoint:
-        return Endpoint(name, self.relay.address, f"tcp://127.0.0.1:{self.replay_port}",
-                        "kv", "tiny")
-
-    def publish(self, *batches: KVEventBatch) -> None:
-        for one in batches:
-            self.publisher.publish(one)
-
-    def restart(self) -> None:
-        self.publisher.shutdown()
-        self.publisher = self._publisher()
-
-    def close(self) -> None:
-        self.publisher.shutdown()
-        self.relay.close()
+VLLM = Kit(
+    publisher=ZmqEventPublisher,
+    stored=lambda hashes, medium: BlockStored(
+        block_hashes=hashes, parent_block_hash=None, token_ids=[0] * 16 * len(hashes),
+        block_size=16, lora_id=None, medium=medium, lora_name=None),
+    removed=lambda hashes, medium: BlockRemoved(block_hashes=hashes, medium=medium),
+    cleared=AllBlocksCleared,
+    batch=lambda events: KVEventBatch(ts=1.0, events=events),
+    host="CPU",
+)
 
 
 @pytest.fixture
@@ -125,148 +38,7 @@ def engines() -> Iterator[list[Engine]]:
         engine.close()
 
 
-def start(engines: list[Engine], *made: Engine) -> Fleet:
-    engines.extend(made)
-    names = "abcdefgh"
-    return Fleet([e.endpoint(names[n]) for n, e in enumerate(made)], "127.0.0.1:0",
-                 timeout_s=1.0, probe_interval_s=0.2)
-
-
-def test_residency_duplication_and_routing_misses_from_vllms_publisher(
-        engines: list[Engine]) -> None:
-    a, b = Engine(), Engine()
-    fleet = start(engines, a, b)
-    try:
-        a.publish(batch(stored([1, 2, 3])), batch(stored([1, 2], medium="CPU")),
-                  batch(BlockRemoved(block_hashes=[3], medium="GPU")))
-        wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_event_batches_total") == 3)
-        b.publish(batch(stored([1, 2, 4, 5])))  # after a's: the replicas' streams interleave
-        got = wait_for(fleet.url, lambda s: value(
-            s, "kvobs_fleet_event_batches_total") == 4)
-        assert value(got, "kvobs_fleet_resident_blocks", replica="b", tier="gpu") == 4
-        assert value(got, "kvobs_fleet_resident_blocks", replica="a", tier="gpu") == 2
-        assert value(got, "kvobs_fleet_resident_blocks", replica="a", tier="host") == 2
-        assert value(got, "kvobs_fleet_duplicated_blocks", tier="gpu") == 2
-        assert value(got, "kvobs_fleet_duplicate_copies_blocks", tier="gpu") == 2
-        assert value(got, "kvobs_fleet_distinct_blocks", tier="gpu") == 4
-        # b computed 1 and 2 while a held them: 32 tokens a prefix router would have hit
-        assert value(got, "kvobs_fleet_computed_tokens_total", replica="b",
-                     cause="routing") == 32
-        assert value(got, "kvobs_fleet_computed_tokens_total", replica="b", cause="cold") == 32
-        wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_publisher_up", replica="a") == 1)
-        a.publish(batch(AllBlocksCleared()))
-        got = wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_cleared_total") == 1)
-        assert value(got, "kvobs_fleet_resident_blocks", replica="a", tier="gpu") == 0
-        assert value(got, "kvobs_fleet_resident_blocks", replica="a", tier="host") == 2
-    finally:
-        fleet.close()
-
-
-def test_a_late_join_and_a_lost_batch_are_replayed_from_vllms_buffer(
-        engines: list[Engine]) -> None:
-    a = Engine()
-    engines.append(a)
-    a.publish(batch(stored([1])), batch(stored([2])))  # before kvobs subscribed
-    time.sleep(0.3)
-    fleet = start([], a)
-    try:
-        a.relay.drop = {3}
-        a.publish(batch(stored([3])), batch(stored([4])), batch(stored([5])))
-        got = wait_for(fleet.url, lambda s: value(
-            s, "kvobs_fleet_event_batches_total", replica="a") == 5)
-        assert value(got, "kvobs_fleet_resident_blocks", replica="a", tier="gpu") == 5
-        assert value(got, "kvobs_fleet_gaps_total", replica="a", outcome="replayed") == 2
-        assert value(got, "kvobs_fleet_gaps_total", replica="a", outcome="lost") == 0
-        assert 3 not in a.relay.forwarded
-    finally:
-        fleet.close()
-
-
-def test_a_gap_past_the_buffer_is_lost_and_the_replica_refills(engines: list[Engine]) -> None:
-    a = Engine(buffer_steps=2)
-    fleet = start(engines, a)
-    try:
-        a.publish(batch(stored([1, 2])))
-        wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_resident_blocks", tier="gpu") == 2)
-        a.relay.drop = {1, 2, 3}
-        a.publish(*(batch(stored([10 + n])) for n in range(3)), batch(stored([20])))
-        got = wait_for(fleet.url, lambda s: value(
-            s, "kvobs_fleet_gaps_total", outcome="lost") == 1)
-        # what a held before the gap is unknown now: dropped, then refilled by the batches
-        # the buffer still held (the last before the gap's end) and the new ones
-        assert value(got, "kvobs_fleet_resident_blocks", tier="gpu") == 2
-        assert value(got, "kvobs_fleet_lost_batches_total") == 2
-    finally:
-        fleet.close()
-
-
-def test_an_engine_restart_drops_its_blocks(engines: list[Engine]) -> None:
-    a = Engine()
-    fleet = start(engines, a)
-    try:
-        a.publish(batch(stored([1, 2, 3])), batch(stored([4])))
-        wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_resident_blocks", tier="gpu") == 4)
-        a.restart()  # a new publisher numbers its batches from 0 again
-        time.sleep(0.3)
-        a.publish(batch(stored([7])))
-        got = wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_restarts_total") == 1)
-        got = wait_for(fleet.url, lambda s: value(
-            s, "kvobs_fleet_resident_blocks", tier="gpu") == 1)
-        assert value(got, "kvobs_fleet_gaps_total", outcome="lost") == 0
-    finally:
-        fleet.close()
-
-
-def test_bad_payloads_and_unknown_events_are_counted_never_fatal(engines: list[Engine]) -> None:
-    a = Engine()
-    fleet = start(engines, a)
-    try:
-        a.publish(batch(stored([1])))
-        wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_event_batches_total") == 1)
-        a.relay.inject([b"kv", (1).to_bytes(8, "big"), b"\xc1 not msgpack"])
-        a.relay.inject([b"kv", b"short"])
-        later = msgspec.msgpack.encode([1.0, [{"type": "BlockPinned", "block_hashes": [1]},
-                                              {"type": "BlockStored", "block_hashes": [9],
-                                               "block_size": 16, "medium": "HBM3"}], 0])
-        a.relay.inject([b"kv", (2).to_bytes(8, "big"), later])
-        a.relay.drop = {1, 2}  # vLLM's own batches 1 and 2: the injected ones stand in
-        a.publish(batch(stored([2])), batch(stored([3])), batch(stored([4])))
-        got = wait_for(fleet.url, lambda s: value(
-            s, "kvobs_fleet_resident_blocks", tier="gpu") == 2)
-        assert value(got, "kvobs_fleet_skipped_events_total", reason="malformed_batch") == 2
-        assert value(got, "kvobs_fleet_skipped_events_total", reason="unknown") == 2
-        assert value(got, "kvobs_fleet_errors_total") == 0
-    finally:
-        fleet.close()
-
-
-def test_a_publisher_that_does_not_answer_reads_down(engines: list[Engine]) -> None:
-    silent = Endpoint("gone", f"tcp://127.0.0.1:{free_port()}",
-                      f"tcp://127.0.0.1:{free_port(1)}", "kv", "tiny")
-    fleet = Fleet([silent], "127.0.0.1:0", timeout_s=0.3, probe_interval_s=0.2)
-    try:
-        got = wait_for(fleet.url, lambda s: ("kvobs_fleet_publisher_up", frozenset(
-            {("model", "tiny"), ("replica", "gone")})) in s)
-        assert value(got, "kvobs_fleet_publisher_up", replica="gone") == 0
-    finally:
-        fleet.close()
-
-
-def test_a_replica_read_down_holds_nothing(engines: list[Engine]) -> None:
-    a, b = Engine(), Engine()
-    fleet = start(engines, a, b)
-    try:
-        a.publish(batch(stored([1, 2])))
-        b.publish(batch(stored([1, 2])))
-        wait_for(fleet.url, lambda s: value(s, "kvobs_fleet_duplicated_blocks") == 2 and
-                 value(s, "kvobs_fleet_publisher_up") == 2)
-        a.publisher.shutdown()  # the engine stops: its replay socket no longer answers
-        got = wait_for(fleet.url, lambda s: value(
-            s, "kvobs_fleet_publisher_up", replica="a") == 0 and
-            ("kvobs_fleet_publisher_up", frozenset({("model", "tiny"), ("replica", "a")})) in s)
-        assert value(got, "kvobs_fleet_resident_blocks", replica="a") == 0
-        assert value(got, "kvobs_fleet_resident_blocks", replica="b") == 2
-        assert value(got, "kvobs_fleet_duplicated_blocks") == 0
-        a.restart()  # it comes back (the fixture shuts the new publisher down)
-    finally:
-        fleet.close()
+@pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__[len("check_"):])
+def test_vllms_publisher(check: Callable[[Kit, list[Engine]], Any],
+                         engines: list[Engine]) -> None:
+    check(VLLM, engines)
