@@ -53,7 +53,7 @@ class Relay:
         self.port = free_port()
         self.drop: set[int] = set()
         self.forwarded: list[int] = []
-        ctx = zmq.Context.instance()
+        ctx: Any = zmq.Context.instance()
         self._sub = ctx.socket(zmq.SUB)
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._sub.connect(source)

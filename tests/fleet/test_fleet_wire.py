@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kvobs.fleet.wire import MalformedBatch, _decode_careful, block_key, decode_batch
 
 
-def payload(*events: dict[str, Any]) -> bytes:
+def payload(*events: Any) -> bytes:
     return msgspec.msgpack.encode([2.5, list(events), None])
 
 
