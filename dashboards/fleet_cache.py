@@ -18,7 +18,6 @@ from .queries import rate, ratio, series, sum_by
 
 UID = "kvobs-fleet-cache"
 TITLE = "kvobs / Fleet cache"
-_REPLICA = "{{model}} / {{replica}} {{tier}}"
 
 
 def _duplication() -> Section:
@@ -37,12 +36,17 @@ def _duplication() -> Section:
                                 sum_by("tier", series("kvobs_fleet_resident_blocks"))),
                           "{{tier}}")],
                    ratio=True),
-        timeseries("Resident blocks per replica and tier",
-                   "KV blocks each replica holds in each tier, from its own KV events (no "
-                   "kvobs plugin needed in the engine).",
+        timeseries("Resident blocks per tier",
+                   "KV blocks all replicas hold in each tier, copies counted, from their own "
+                   "KV events (no kvobs plugin needed in the engines).",
                    "short",
-                   [Query(sum_by("model, replica, tier",
-                                 series("kvobs_fleet_resident_blocks")), _REPLICA)]),
+                   [Query(sum_by("tier", series("kvobs_fleet_resident_blocks")), "{{tier}}")]),
+        timeseries("GPU blocks per replica",
+                   "KV blocks each replica holds on its GPU, from its KV events: a replica "
+                   "far from its siblings gets another share of the traffic.",
+                   "short",
+                   [Query(sum_by("replica", series("kvobs_fleet_resident_blocks",
+                                                   'tier="gpu"')), "{{replica}}")]),
     ])
 
 

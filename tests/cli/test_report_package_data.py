@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_shipped_dashboards_are_the_generated_files():
     generated = sorted((REPO / "dashboards" / "generated").glob("*.json"))
-    assert dashboard_stems() == [p.stem for p in generated]
+    assert dashboard_stems() == sorted(p.stem for p in generated)
     for path in generated:
         assert dashboard_json(path.stem) == json.loads(path.read_text())
 
