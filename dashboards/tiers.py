@@ -108,13 +108,18 @@ def _lookups() -> Section:
                     Query(sum_by("cause", rate("kvobs_miss_tokens_total", ENGINE_PROCESS)),
                           "miss: {{cause}}")],
                    axis_label="tokens/s", stacked=True, width=16),
-        stat("Missed tokens by cause over the window",
-             "Each miss cause's share of the prompt tokens looked up over the dashboard's "
-             "time range (a ratio of rates over the range: of increases alike): where the "
-             "missed tokens went; and the share an LRU cache of twice the tiers' capacity "
-             "would have hit of the evicted ones (what doubling the capacity wins back).",
+        stat("Looked-up tokens over the window: hits, then miss causes",
+             "The prompt tokens looked up over the dashboard's time range, walked in order "
+             "(a ratio of rates over the range: of increases alike): the share each tier "
+             "hit, then each miss cause's share; and the share an LRU cache of twice the "
+             "tiers' capacity would have hit of the evicted ones (what doubling the "
+             "capacity wins back).",
              "percentunit",
-             [Query(ratio(sum_by("cause", rate("kvobs_miss_tokens_total", ENGINE_PROCESS,
+             [Query(ratio(sum_by("outcome", rate("kvobs_lookup_tokens_total",
+                                                 'outcome=~".+_hit"', ENGINE_PROCESS,
+                                                 window="$__range")),
+                          looked_up, "ignoring (outcome) group_left ()"), "{{outcome}}"),
+              Query(ratio(sum_by("cause", rate("kvobs_miss_tokens_total", ENGINE_PROCESS,
                                                window="$__range")),
                           looked_up, "ignoring (cause) group_left ()"),
                     CAUSE_LEGEND),

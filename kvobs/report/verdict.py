@@ -69,7 +69,7 @@ def panel_verdict(panel: PanelData) -> str | None:
 
 def misses_verdict(panel: PanelData) -> str | None:
     """The sentence for a panel of each miss cause's share of the looked-up tokens (the
-    *Missed tokens by cause over the window* stat), from its latest values; None while
+    *Looked-up tokens over the window* stat), from its latest values; None while
     it has none.
 
     Example:

@@ -623,6 +623,16 @@ def miss_causes(run: Run, series: list[Series]) -> None:
     assert sum(causes.values()) == approx(lookup_rates(run)[("miss",)])
 
 
+def hit_shares(run: Run, series: list[Series]) -> None:
+    """The hit tiers' shares over the range (the whole run): vLLM's GPU prefix-cache hits
+    and its connector's (host) hits, each over its queried tokens."""
+    queries = run.value("vllm:prefix_cache_queries_total")
+    shares = by(series, "outcome")
+    assert shares[("gpu_hit",)] == approx(run.value("vllm:prefix_cache_hits_total") / queries)
+    assert shares[("host_hit",)] == approx(
+        run.value("vllm:external_prefix_cache_hits_total") / queries)
+
+
 def miss_shares(run: Run, series: list[Series]) -> None:
     """The causes' shares over the range (the whole run) add up to the share of vLLM's
     prompt tokens it neither hit nor loaded from the host."""
@@ -661,7 +671,8 @@ PANEL_CHECKS: dict[str, list[SeriesCheck]] = {
     "Lookup tokens by outcome": [keyed(lookup_rates, "outcome")],
     "Why lookups missed: tokens by hit tier and miss cause": [keyed(hit_rates, "outcome"),
                                                               miss_causes],
-    "Missed tokens by cause over the window": [miss_shares, recoverable_share],
+    "Looked-up tokens over the window: hits, then miss causes": [hit_shares, miss_shares,
+                                                                  recoverable_share],
     "Hit ratio per tier": [keyed(hit_ratio_by_outcome, "outcome")],
     "Lookups per second": [scalar(lambda r: r.vllm_rate("vllm:request_success_total"))],
     "Transfer throughput per direction vs link peak": [keyed(bandwidth, *LINK), empty],
