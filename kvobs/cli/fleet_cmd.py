@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         from kvobs.fleet.service import Fleet
     except ImportError as exc:
         raise ConfigError(f"kvobs fleet needs pyzmq and msgspec ({exc.name} is missing): "
-                          "install the fleet extra (pip install -e '.[fleet]' in a checkout)") from None
+                          "install the fleet extra (pip install -e '.[fleet]' in a "
+                          "checkout)") from None
     fleet = Fleet(endpoints, args.metrics_addr, sampling=sampling,
                   history_keys=args.history_blocks, block_bytes=args.block_bytes,
                   web_config_file=args.web_config_file, timeout_s=args.timeout,
