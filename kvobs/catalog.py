@@ -485,6 +485,15 @@ FLEET_METRICS: tuple[MetricSpec, ...] = (
        "(only where a replay endpoint is given)."),
     _g("kvobs_fleet_last_batch_timestamp_seconds", "s", ("replica",),
        "The engine's timestamp of the last batch read from the replica."),
+    _c("kvobs_fleet_pooled_hit_tokens_total", "{token}", ("blocks",),
+       "The pooled what-if (kvobs fleet --pooled-capacity): tokens an LRU cache of "
+       "`blocks` GPU blocks shared by the whole fleet (perfect prefix routing) would have "
+       "hit, over every block the replicas stored to their GPUs in arrival order; blocks "
+       "is 1/8 to 16 times the pooled capacity. Exact where the engines publish their "
+       "prefix hits (vLLM's kv_cache_report_mode=full)."),
+    _c("kvobs_fleet_pooled_referenced_tokens_total", "{token}", (),
+       "Tokens of every block the replicas stored to their GPUs (computed, loaded, or "
+       "reported reused): the pooled what-if's references."),
     _g("kvobs_fleet_sampling_rate", "1", (),
        "Share of blocks followed (by a hash of the block, fleet-wide): counts are "
        "scaled by its inverse."),

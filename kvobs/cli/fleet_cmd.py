@@ -87,6 +87,12 @@ def register(subparsers: Any) -> None:
     add_option(parser, "--block-bytes", env="KVOBS_FLEET_BLOCK_BYTES", type=positive_int,
                default=None,
                help="bytes of one KV block (all layers), for kvobs_fleet_resident_bytes")
+    add_option(parser, "--pooled-capacity", env="KVOBS_FLEET_POOLED_CAPACITY",
+               type=positive_int, default=None,
+               help="the fleet's GPU blocks, all replicas together: turns on the pooled "
+               "what-if (the hits of one LRU cache shared by the fleet, at 1/8 to 16 times "
+               "it); exact where the engines publish their prefix hits (vLLM: "
+               "kv_cache_report_mode=full on the requests)")
     add_option(parser, "--history-blocks", env="KVOBS_FLEET_HISTORY_BLOCKS",
                type=positive_int, default=1 << 20,
                help="blocks no replica holds that are remembered as held before "
@@ -122,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
                           "checkout)") from None
     fleet = Fleet(endpoints, args.metrics_addr, sampling=sampling,
                   history_keys=args.history_blocks, block_bytes=args.block_bytes,
+                  pooled_capacity=args.pooled_capacity,
                   web_config_file=args.web_config_file, timeout_s=args.timeout,
                   probe_interval_s=args.probe_interval)
     log = get_logger("kvobs.fleet")

@@ -44,6 +44,14 @@ class FleetCollector(Collector):
                 add("kvobs_fleet_followed_blocks", [model], index.followed_blocks)
                 add("kvobs_fleet_history_forgotten_blocks_total", [model],
                     index.history_forgotten * scale)
+                block = max(index.block_size, default=0)
+                for bound, hits in index.pooled_hits():
+                    if bound == float("inf"):
+                        add("kvobs_fleet_pooled_referenced_tokens_total", [model],
+                            hits * block)
+                    else:
+                        add("kvobs_fleet_pooled_hit_tokens_total", [model, f"{bound:g}"],
+                            hits * block)
                 for tier in TIERS:
                     duplicated, extra = index.duplicated(tier)
                     add("kvobs_fleet_distinct_blocks", [model, tier], index.distinct(tier))

@@ -24,6 +24,13 @@ hash space into shards, so several aggregators can divide a fleet between them: 
 ``i`` of ``n`` follows the sampled blocks whose mix falls in its range; their series add
 up.
 
+**The pooled what-if** (``pooled_capacity``): every block any replica stores to its GPU,
+in arrival order, is a reference to one LRU cache of the fleet's GPU blocks (a
+:class:`~kvobs.reuse.ReuseProfile`, memory-bounded on its own), so its hits at each size
+say what the fleet would hit if its caches acted as one (perfect prefix routing). A hit
+on a replica's own GPU is a store only where the engine reports its prefix hits (vLLM's
+``kv_cache_report_mode="full"``); without them the curve misses the hits' recency.
+
 **Memory.** The blocks held now are bounded by the fleet's capacity times the rate; the
 blocks held before are kept for the ``history_keys`` most recently touched (the oldest is
 forgotten, and counted, when another arrives): a forgotten block's next computation reads
@@ -46,6 +53,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvobs.errors import ConfigError
+from kvobs.reuse import ReuseProfile
 from kvobs.tiers import DISK, GPU, HOST
 
 #: Why a replica computed a block it stored to its GPU; see the module's docstring.
@@ -120,9 +128,12 @@ class FleetIndex:
     """
 
     def __init__(self, sampling: Sampling | None = None,
-                 history_keys: int = HISTORY_KEYS) -> None:
+                 history_keys: int = HISTORY_KEYS, pooled_capacity: int | None = None) -> None:
         if history_keys < 1:
             raise ConfigError(f"history_keys {history_keys!r} must be at least 1")
+        #: The pooled what-if: every block any replica stores to its GPU, in arrival
+        #: order, as references to one LRU cache of the fleet's GPU blocks.
+        self.pooled = None if pooled_capacity is None else ReuseProfile(pooled_capacity)
         self.sampling = sampling or Sampling()
         self.history_keys = history_keys
         self.names: list[str] = []
@@ -179,6 +190,9 @@ class FleetIndex:
         else:
             block_size = self.block_size[replica]
         bit = _BIT[tier]
+        if self.pooled is not None and tier == GPU:
+            keys = list(keys)
+            self.pooled.reference(keys)
         if self._sampled:
             keys = self.sampling.followed(keys)
         for key in keys:
@@ -280,6 +294,14 @@ class FleetIndex:
         """Blocks (estimated) held in ``tier`` by two or more replicas, and the copies of
         them beyond the first."""
         return self._duplicated[tier] * self.scale, self._extra[tier] * self.scale
+
+    def pooled_hits(self) -> list[tuple[float, float]]:
+        """``(cache size in blocks, blocks a pooled LRU cache of that size would have hit)``
+        at the profile's bounds (1/8 to 16 times the pooled capacity), and the blocks
+        referenced (``inf``); empty without the pooled what-if."""
+        if self.pooled is None:
+            return []
+        return [(bound, hits / self.pooled.rate) for bound, hits in self.pooled.cumulative()]
 
     @property
     def followed_blocks(self) -> int:

@@ -24,9 +24,11 @@ class Fleet:
 
     def __init__(self, endpoints: Sequence[Endpoint], metrics_addr: str, *,
                  sampling: Sampling | None = None, history_keys: int = HISTORY_KEYS,
-                 block_bytes: int | None = None, web_config_file: str | None = None,
+                 block_bytes: int | None = None, pooled_capacity: int | None = None,
+                 web_config_file: str | None = None,
                  timeout_s: float = 2.0, probe_interval_s: float = 10.0) -> None:
-        self.indexes = {e.model: FleetIndex(sampling, history_keys) for e in endpoints}
+        self.indexes = {e.model: FleetIndex(sampling, history_keys, pooled_capacity)
+                        for e in endpoints}
         self.subscriber = Subscriber(endpoints, self.indexes, timeout_s=timeout_s,
                                      probe_interval_s=probe_interval_s)
         self.server = start_metrics_server(metrics_addr, web_config_file)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kvobs.errors import ConfigError
 from kvobs.fleet.index import CAUSES, TIERS, FleetIndex, Sampling
 from tests.fleet.fleet_oracle import FleetOracle
+from tests.lru_oracle import reuse_distances_in_order
 
 REPLICAS = 3
 event = st.tuples(
@@ -147,3 +148,24 @@ def test_a_removal_of_a_block_never_stored_is_ignored() -> None:
 def test_bad_sampling_names_the_field(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         Sampling(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_pooled_what_if_hits_what_one_shared_lru_cache_would() -> None:
+    """Every GPU store of every replica, in arrival order, against an exact LRU replay of
+    the same stream (``tests/lru_oracle.py``): at each of the profile's sizes."""
+    rnd = random.Random(11)
+    index = FleetIndex(Sampling(rate=1 / 4, salt=3), pooled_capacity=64)  # sampling aside
+    for n in range(REPLICAS):
+        index.replica(f"r{n}")
+    stream: list[int] = []
+    for _ in range(600):
+        keys = [rnd.randrange(300) for _ in range(rnd.randrange(1, 6))]
+        index.stored(rnd.randrange(REPLICAS), "gpu", keys, 16)
+        index.stored(rnd.randrange(REPLICAS), "host", keys[:1], 16)  # not a reference
+        stream.extend(keys)
+    distances = reuse_distances_in_order([(key, True) for key in stream])
+    pooled = index.pooled_hits()
+    assert pooled[-1] == (float("inf"), len(stream))
+    for bound, hits in pooled[:-1]:
+        assert hits == sum(1 for d in distances if d is not None and d <= bound), bound
+    assert pooled[0][1] < pooled[-2][1]
