@@ -69,6 +69,17 @@ def _routing() -> Section:
              [Query(ratio(sum_by("model", rate("kvobs_fleet_computed_tokens_total",
                                                'cause="routing"')),
                           sum_by("model", computed)), "{{model}}")]),
+        stat("Pooled what-if: block references one shared cache would hit",
+             "With kvobs fleet --pooled-capacity: of the tokens of every block the replicas "
+             "stored to their GPUs (computed, loaded, or reported reused), the share one LRU "
+             "cache of that many blocks shared by the whole fleet would have hit (perfect "
+             "prefix routing), from 1/8 to 16 times the fleet's capacity. Exact where the "
+             "engines publish their prefix hits (vLLM's kv_cache_report_mode=full).",
+             "percentunit",
+             [Query(ratio(sum_by("blocks", rate("kvobs_fleet_pooled_hit_tokens_total")),
+                          sum_by("", rate("kvobs_fleet_pooled_referenced_tokens_total")),
+                          "ignoring (blocks) group_left ()"), "{{blocks}} blocks")],
+             width=12),
         timeseries("Event streams",
                    "Per replica: gaps in its batch sequence lost (its blocks dropped from "
                    "the index until new events refill them) and events skipped (malformed "
