@@ -9,6 +9,8 @@ events, for ``test_fleet_serve.py``.
   ``c`` belongs to tenant ``c % TENANTS``), :data:`TURNS` turns each, every turn resending
   the chat's history with a new user message; one request at a time, so that both runs
   send the same prompts in the same order (greedy replies: both replicas answer alike).
+* **The requests** ask vLLM to publish their prefix hits too (``kv_cache_report_mode``
+  ``full``), which the pooled what-if reads (``kvobs fleet --pooled-capacity``).
 * **The router**: ``round_robin`` sends request ``k`` to replica ``k % 2``; ``prefix``
   sends a prompt to the replica that got its system prompt first, a new system prompt to
   the replica with fewer of them (prefix affinity, as cache-aware routers do).
@@ -42,6 +44,8 @@ from tests.required import find_tool
 
 MAIN_PYTHON = REPO / ".venv" / "bin" / "python"
 GPU_BLOCKS = 128
+#: The fleet's GPU blocks: both replicas' usable ones (vLLM's null block aside).
+POOLED = len(("a", "b")) * (GPU_BLOCKS - 1)
 TENANTS, CHATS, TURNS = 3, 7, 5
 SYSTEM_WORDS = 64
 REPLICAS = ("a", "b")
@@ -106,7 +110,9 @@ class Router:
         self.sent.append(replica)
         answer = http_json(f"{self.servers[replica].url}/v1/chat/completions", {
             "model": "tiny", "messages": messages, "max_tokens": max_tokens,
-            "temperature": 0.0, "ignore_eos": True})
+            "temperature": 0.0, "ignore_eos": True,
+            # each request also publishes its prefix hits (the pooled what-if's references)
+            "vllm_xargs": {"kv_cache_report_mode": "full"}})
         return str(answer["choices"][0]["message"]["content"])
 
 
@@ -167,7 +173,8 @@ def run(workdir: Path) -> tuple[list[Routed], Panels]:
     fleet_port = free_port()
     fleet_url = f"http://127.0.0.1:{fleet_port}/metrics"
     command = [str(MAIN_PYTHON), "-m", "kvobs", "fleet", "--model", "tiny",
-               "--metrics-addr", f"127.0.0.1:{fleet_port}", "--probe-interval", "1"]
+               "--metrics-addr", f"127.0.0.1:{fleet_port}", "--probe-interval", "1",
+               "--pooled-capacity", str(POOLED)]
     for name, (events, replay) in zip(REPLICAS, ports, strict=True):
         command += ["--engine",
                     f"{name}=tcp://127.0.0.1:{events},replay=tcp://127.0.0.1:{replay},topic=kv"]

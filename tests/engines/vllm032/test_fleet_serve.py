@@ -4,8 +4,9 @@ following both from their KV events alone.
 
 * **The prediction**: under round-robin, the fleet's routing misses (tokens a replica
   computed while the other held them) added to vLLM's own hits predict the hit ratio the
-  same workload reaches under prefix routing; checked against that run's hit ratio from
-  vLLM's own counters, within 0.03;
+  same workload reaches under prefix routing, and so does the pooled what-if at the
+  fleet's capacity (one LRU cache of both replicas' blocks); each checked against that
+  run's hit ratio from vLLM's own counters, within 0.03;
 * **duplication and residency** equal the replicas' resident sets computed by the test from
   every KV event each replica published (its own subscriber, not kvobs's);
 * the replicas restart between the runs, and the fleet reads each restart.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engines.vllm032.fleet_run import GPU_BLOCKS, REPLICAS, Panels, Routed, run
+from tests.engines.vllm032.fleet_run import GPU_BLOCKS, POOLED, REPLICAS, Panels, Routed, run
 from tests.engines.vllm032.serve_run import HOST_CHUNKS
 
 TIER = {"GPU": "gpu", "CPU": "host"}
@@ -60,6 +61,10 @@ def test_round_robin_routing_misses_predict_the_prefix_routed_hit_ratio(
     assert prefix.hit_ratio - rr.hit_ratio > 0.1, (rr.hit_ratio, prefix.hit_ratio)
     assert predicted == pytest.approx(prefix.hit_ratio, abs=0.03), \
         (rr.hit_ratio, predicted, prefix.hit_ratio)
+    # the pooled what-if at the fleet's capacity: one LRU cache of both replicas' blocks
+    pooled = rr.fleet_delta("kvobs_fleet_pooled_hit_tokens_total", blocks=str(POOLED))
+    print(f"fleet: pooled what-if at {POOLED} blocks {pooled / queried:.3f}")
+    assert pooled / queried == pytest.approx(prefix.hit_ratio, abs=0.03)
     # by prefix, no replica computes what the other holds: the tenants never meet
     assert prefix.fleet_delta("kvobs_fleet_computed_tokens_total", cause="routing") == 0
     assert rr.sent.count(0) == rr.sent.count(1) + 1 and set(prefix.sent) == {0, 1}
