@@ -33,7 +33,7 @@ from fractions import Fraction
 import msgspec
 
 from kvobs.fleet.index import CAUSES, FleetIndex, Sampling
-from kvobs.fleet.wire import CLEARED, STORED, decode_batch
+from kvobs.fleet.wire import decode_batch
 
 BLOCK = 16
 
@@ -95,13 +95,7 @@ def feed(index: FleetIndex, stream: list[tuple[int, bytes]], replicas: int) -> N
     for n in range(replicas):
         index.replica(f"r{n}")
     for replica, payload in stream:
-        for kind, tier, keys, block_size in decode_batch(payload).events:
-            if kind == STORED:
-                index.stored(replica, tier, keys, block_size)
-            elif kind == CLEARED:
-                index.cleared(replica, tier)
-            else:
-                index.removed(replica, tier, keys)
+        index.apply(replica, decode_batch(payload).events)
 
 
 def figures(index: FleetIndex) -> dict[str, float]:

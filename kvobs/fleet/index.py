@@ -60,6 +60,11 @@ from kvobs.tiers import DISK, GPU, HOST
 ROUTING, EVICTED, EVICTED_ELSEWHERE, COLD = "routing", "evicted", "evicted_elsewhere", "cold"
 CAUSES: tuple[str, ...] = (ROUTING, EVICTED, EVICTED_ELSEWHERE, COLD)
 
+#: The kinds of event the index applies (:mod:`kvobs.fleet.wire` reads them).
+STORED, REMOVED, CLEARED = "stored", "removed", "cleared"
+#: One event: ``(kind, tier, block keys, tokens a block)``.
+Event = tuple[str, str, list[int], int]
+
 #: Tiers the index knows, in bit order; events name theirs by medium (:mod:`kvobs.fleet.wire`).
 REMOTE = "remote"
 TIERS: tuple[str, ...] = (GPU, HOST, DISK, REMOTE)
@@ -181,6 +186,16 @@ class FleetIndex:
         self.clears.append(0)
         self.block_size.append(0)
         return len(self.names) - 1
+
+    def apply(self, replica: int, events: Iterable[Event]) -> None:
+        """Replica ``replica``'s events, in order."""
+        for kind, tier, keys, block_size in events:
+            if kind == STORED:
+                self.stored(replica, tier, keys, block_size)
+            elif kind == CLEARED:
+                self.cleared(replica, tier)
+            else:
+                self.removed(replica, tier, keys)
 
     def stored(self, replica: int, tier: str, keys: Iterable[int], block_size: int) -> None:
         """Replica ``replica`` stored blocks ``keys`` of ``block_size`` tokens in ``tier``

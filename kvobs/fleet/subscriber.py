@@ -39,7 +39,7 @@ import zmq
 
 from kvobs.fleet.endpoints import Endpoint
 from kvobs.fleet.index import FleetIndex
-from kvobs.fleet.wire import CLEARED, STORED, MalformedBatch, decode_batch
+from kvobs.fleet.wire import MalformedBatch, decode_batch
 from kvobs.logs import get_logger
 from kvobs.ratelimit import RateLimit
 
@@ -172,14 +172,7 @@ class Subscriber:
                 state.next_seq = seq + 1
             return
         with self.lock:
-            index, replica = state.index, state.replica
-            for kind, tier, keys, block_size in batch.events:
-                if kind == STORED:
-                    index.stored(replica, tier, keys, block_size)
-                elif kind == CLEARED:
-                    index.cleared(replica, tier)
-                else:
-                    index.removed(replica, tier, keys)
+            state.index.apply(state.replica, batch.events)
             state.batches += 1
             state.skipped["unknown"] += batch.unknown
             state.skipped["malformed"] += batch.malformed

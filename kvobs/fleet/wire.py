@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from kvobs.fleet.index import REMOTE
+from kvobs.fleet.index import CLEARED, REMOTE, REMOVED, STORED, Event
 from kvobs.tiers import DISK, GPU, HOST
 
 #: Each engine's medium names (vLLM: GPU, CPU, STORAGE; SGLang: GPU, CPU_PINNED, DISK,
@@ -42,14 +42,11 @@ MEDIUM_TIERS: dict[str | None, str] = {
     None: GPU, "GPU": GPU, "CPU": HOST, "CPU_PINNED": HOST, "STORAGE": DISK, "DISK": DISK,
     "EXTERNAL": REMOTE,
 }
-STORED, REMOVED, CLEARED = "stored", "removed", "cleared"
 #: What a reader returns for an event it skips.
 MALFORMED, UNKNOWN = "malformed", "unknown"
 _M64 = (1 << 64) - 1
 _GROUP_MIX = 0x9E3779B97F4A7C15
 
-#: One event: ``(kind, tier, block keys, tokens a block)``.
-Event = tuple[str, str, list[int], int]
 
 
 class MalformedBatch(ValueError):

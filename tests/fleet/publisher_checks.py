@@ -16,11 +16,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import pytest
 import zmq
 
 from kvobs.fleet.endpoints import Endpoint
@@ -121,6 +122,15 @@ class Engine:
     def close(self) -> None:
         self.publisher.shutdown()
         self.relay.close()
+
+
+@pytest.fixture
+def engines() -> Iterator[list[Engine]]:
+    """The engines a check made, closed after it (the engine suites import this)."""
+    made: list[Engine] = []
+    yield made
+    for engine in made:
+        engine.close()
 
 
 def start(engines: list[Engine], *made: Engine) -> Fleet:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.engines.sglang0523.scheduler_loop import install_stand_ins
+from tests.fleet.publisher_checks import engines  # noqa: F401 (a fixture: test_fleet_events)
 
 
 @pytest.fixture

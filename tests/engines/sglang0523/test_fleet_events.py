@@ -4,7 +4,7 @@ fleet's faults (``tests/fleet/publisher_checks.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,14 +28,6 @@ SGLANG = Kit(
     batch=lambda events: KVEventBatch(ts=1.0, events=events),
     host="CPU_PINNED",
 )
-
-
-@pytest.fixture
-def engines() -> Iterator[list[Engine]]:
-    made: list[Engine] = []
-    yield made
-    for engine in made:
-        engine.close()
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__[len("check_"):])

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.fleet.publisher_checks import engines  # noqa: F401 (a fixture: test_fleet_events)
+
 HERE = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 240
 
