@@ -116,8 +116,18 @@ class Engine:
             self.publisher.publish(self.kit.batch([event]))
 
     def restart(self) -> None:
+        """A new publisher on the same ports, its batches numbered from 0 again (ZeroMQ
+        releases a closed socket's port in its I/O thread: a moment later)."""
         self.publisher.shutdown()
-        self.publisher = self._publisher()
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                self.publisher = self._publisher()
+                return
+            except zmq.ZMQError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def close(self) -> None:
         self.publisher.shutdown()
