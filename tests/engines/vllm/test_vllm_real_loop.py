@@ -651,12 +651,18 @@ def test_step_times_give_the_measured_prefill_cost(tmp_path: Path,
     rec, inst, kit = instrumented(driver)
     assert inst.part("vllm.scheduler_steps") is not None
     rnd = np.random.default_rng(3)
-    for i in range(240):  # warm-up: prompts of many lengths, no reuse (one step in 4 timed)
+    # warm-up: prompts of many lengths, no reuse (one step in 4 timed); a stall of this
+    # shared machine in the middle of it (seen once in CI: a fit 37x off) fades as more
+    # steps come in, so up to two more rounds are fed before the fit is judged
+    for i in range(3 * 240):
         driver.add(f"warm{i}", [int(t) for t in rnd.integers(0, 1000, int(rnd.integers(20, 300)))],
                    max_tokens=int(rnd.integers(1, 4)))
         while len(driver.scheduler.waiting) + len(driver.scheduler.running) >= 2:
             driver.step()
-    driver.run()
+        if i % 240 == 239:
+            driver.run()
+            if rec.prefill_cost.source == "measured":
+                break
     measured = rec.prefill_cost
     assert measured.source == "measured", \
         f"fit's relative error {measured.relative_error:.3f} (used up to 0.10)"
