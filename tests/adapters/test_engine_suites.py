@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -105,10 +106,35 @@ def test_engine_suite_passes_in_its_venv(engine: str, part: str, tmp_path: Path)
     run_in_venv(engine, args, minimum, tmp_path / "junit.xml", "not timing")
 
 
+def settle(limit_s: float = 60.0, pressure: float = 2.0) -> None:
+    """Wait (at most ``limit_s``) until the kernel's CPU and I/O pressure (PSI: the share
+    of the last 10 s some task waited) is at most ``pressure`` percent: after the parallel
+    phase, writeback and memory reclaim go on for a while and stretch busy-waited steps."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            waits = [float(Path(f"/proc/pressure/{kind}").read_text().split()[1].split("=")[1])
+                     for kind in ("cpu", "io")]
+        except (OSError, IndexError, ValueError):
+            return  # no PSI on this kernel
+        if max(waits) <= pressure:
+            return
+        time.sleep(1)
+
+
 @pytest.mark.parametrize("engine", [e for e, (_, _, timing) in SUITES.items() if timing])
 def test_engine_suite_timing_tests_pass_alone(engine: str, tmp_path: Path) -> None:
+    """The timing tests on a settled machine; a failure is reported and run once more
+    after the machine settled again (a stall of the machine, not of kvobs, fails once)."""
     suite, _, timing = SUITES[engine]
-    run_in_venv(engine, suite, timing, tmp_path / "junit.xml", "timing")
+    settle()
+    try:
+        run_in_venv(engine, suite, timing, tmp_path / "junit.xml", "timing")
+    except AssertionError as first:
+        warnings.warn(f"{suite} timing tests in .venv-{engine} failed once, run again: "
+                      f"{str(first)[-3000:]}", stacklevel=1)
+        settle()
+        run_in_venv(engine, suite, timing, tmp_path / "junit-again.xml", "timing")
 
 
 @pytest.mark.parametrize("engine", list(SUITES))
