@@ -27,6 +27,7 @@ from kvobs.errors import ConfigError
 
 ENGINES_ENV = "KVOBS_FLEET_ENGINES"
 
+
 def _rate(text: str) -> float:
     """A share: ``0.015625`` or ``1/64``."""
     top, sep, bottom = text.partition("/")
@@ -43,6 +44,7 @@ def _rate(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text} is too small: use at least 2**-20")
     return value
 
+
 def _shard(text: str) -> tuple[int, int]:
     shard, sep, shards = text.partition("/")
     if not (sep and shard.isdigit() and shards.isdigit() and 0 <= int(shard) < int(shards)
@@ -50,6 +52,7 @@ def _shard(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a shard: use I/N with "
                                          "0 <= I < N <= 4096 (0/1: the whole fleet)")
     return int(shard), int(shards)
+
 
 def register(subparsers: Any) -> None:
     """Add the ``fleet`` subcommand."""
@@ -106,11 +109,13 @@ def register(subparsers: Any) -> None:
                "that does not answer is read down and its blocks dropped)")
     parser.set_defaults(handler=run)
 
+
 def engine_specs(args: argparse.Namespace) -> list[str]:
     """The ``--engine`` flags, else ``KVOBS_FLEET_ENGINES``'s specs."""
     if args.engine:
         return list(args.engine)
     return os.environ.get(ENGINES_ENV, "").split()
+
 
 def run(args: argparse.Namespace) -> int:
     """Follow the engines until SIGTERM or Ctrl-C."""
@@ -146,5 +151,3 @@ def run(args: argparse.Namespace) -> int:
         fleet.close()
         log.info("fleet_stopped")
     return 0
-
-

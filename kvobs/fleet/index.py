@@ -77,13 +77,6 @@ _GOLDEN = 0x9E3779B97F4A7C15
 HISTORY_KEYS = 1 << 20
 
 
-def mix(key: int, salt: int) -> int:
-    """A 64-bit multiplicative hash of a block hash (Knuth's, by the golden ratio): the
-    sampling decision reads its top half, the shard its bottom half. Block hashes are
-    digests already; this only spreads the salt through them."""
-    return ((key ^ salt) * _GOLDEN) & _M64
-
-
 @dataclass(frozen=True)
 class Sampling:
     """Which blocks one aggregator follows: ``rate`` of them (1 follows every block), in
@@ -110,15 +103,11 @@ class Sampling:
         """Blocks whose mix's top 32 bits fall under this are sampled."""
         return round(self.rate * (1 << 32))
 
-    def follows(self, key: int) -> bool:
-        """Whether this aggregator follows block ``key``."""
-        mixed = mix(key, self.salt)
-        return (mixed >> 32) < self.threshold and \
-            ((mixed & 0xFFFFFFFF) * self.shards) >> 32 == self.shard
-
     def followed(self, keys: Iterable[int]) -> list[int]:
-        """The keys of ``keys`` this aggregator follows (:meth:`follows`, inlined: one
-        list a batch event, the cost every key pays)."""
+        """The keys of ``keys`` this aggregator follows: those whose 64-bit multiplicative
+        hash (Knuth's, by the golden ratio, of the key with the salt) has its top half
+        under :attr:`threshold` and its bottom half in this shard's range. Block hashes are
+        digests already; the hash only spreads the salt through them."""
         salt, threshold, shard, shards = self.salt, self.threshold, self.shard, self.shards
         return [key for key in keys
                 if (mixed := ((key ^ salt) * _GOLDEN) & _M64) >> 32 < threshold

@@ -143,24 +143,25 @@ class Subscriber:
             except zmq.Again:
                 return
             try:
-                self._frames(state, frames, live=True)
+                self._frames(state, frames)
             except Exception as exc:
                 self._error(state, exc)
 
-    def _frames(self, state: ReplicaState, frames: list[bytes], live: bool) -> None:
+    def _frames(self, state: ReplicaState, frames: list[bytes]) -> None:
+        """One live message: a restart or a gap seen by its number, then its batch."""
         if len(frames) != 3 or len(frames[1]) != 8:
-            state.skipped["malformed_batch"] += 1
+            with self.lock:
+                state.skipped["malformed_batch"] += 1
             return
         seq = int.from_bytes(frames[1], "big", signed=True)
-        if live:
-            if state.next_seq is not None and seq < state.next_seq:
-                self._restarted(state)
-            start = state.next_seq or 0  # from 0 when first heard: it may have joined late
-            if seq > start:
-                if state.endpoint.replay:
-                    self._replay(state, start, seq)
-                else:
-                    self._lost(state, seq - start)
+        if state.next_seq is not None and seq < state.next_seq:
+            self._restarted(state)
+        start = state.next_seq or 0  # from 0 when first heard: it may have joined late
+        if seq > start:
+            if state.endpoint.replay:
+                self._replay(state, start, seq)
+            else:
+                self._lost(state, seq - start)
         self._apply(state, seq, frames[2])
 
     def _apply(self, state: ReplicaState, seq: int, payload: bytes) -> None:

@@ -48,7 +48,6 @@ _M64 = (1 << 64) - 1
 _GROUP_MIX = 0x9E3779B97F4A7C15
 
 
-
 class MalformedBatch(ValueError):
     """A payload that is not an event batch at all."""
 
